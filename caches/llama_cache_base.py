@@ -1,0 +1,99 @@
+"""The base of the llama_cache API: `BaseLlamaCache` and the helpers every state cache shares.
+
+`BaseLlamaCache` subclasses llama-cpp-python's own `llama_cpp.llama_cache.BaseLlamaCache`, so every
+cache here is accepted (and type-checks) wherever llama-cpp-python takes a cache, e.g.
+`llama_cpp.Llama.set_cache`.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import llama_cpp.llama_cache as _upstream
+import structlog
+
+if TYPE_CHECKING:
+    from llama_cpp.llama import LlamaState
+
+__all__ = ["DEFAULT_CAPACITY_BYTES", "BaseLlamaCache", "common_prefix_len", "state_nbytes"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_CAPACITY_BYTES = 2 << 30
+"""2 GiB, the default `capacity_bytes` of every cache."""
+
+
+def state_nbytes(value: object) -> int:
+    """The bytes a cached state counts for: `value.nbytes` when present, else `value.llama_state_size`.
+
+    Newer `LlamaState`s define `nbytes` (native state plus owned arrays); 0.3.36's, and other legacy
+    objects, only have `llama_state_size`.
+    """
+    nbytes = getattr(value, "nbytes", None)
+    if nbytes is None:
+        nbytes = getattr(value, "llama_state_size", None)
+    if nbytes is None:
+        raise TypeError(f"{type(value).__name__} has neither `nbytes` nor `llama_state_size`")
+    size = int(nbytes)
+    if size < 0:
+        raise ValueError(f"state size must not be negative, got {size}")
+    return size
+
+
+def common_prefix_len(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
+    """Length of the longest common prefix of two tuples (or two bytes strings).
+
+    Compares slices (C loops) and bisects on the first mismatch, instead of a Python loop per token:
+    O(K) element comparisons, O(log K) Python steps.
+    """
+    n = min(len(a), len(b))
+    if n == 0 or a[0] != b[0]:
+        return 0
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 1, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class BaseLlamaCache(_upstream.BaseLlamaCache):
+    """Base cache class for llama.cpp states: a mapping from token sequences to `LlamaState`s.
+
+    Lookup is by prefix, not exact key (each subclass says which prefix). Subclasses implement
+    `cache_size`, `__getitem__`, `__contains__` and `__setitem__`.
+    """
+
+    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES) -> None:
+        if capacity_bytes < 0:
+            raise ValueError(f"capacity_bytes must not be negative, got {capacity_bytes}")
+        super().__init__(capacity_bytes)
+        self.capacity_bytes = capacity_bytes
+
+    @property
+    @abstractmethod
+    def cache_size(self) -> int:
+        """Current size of the cache in bytes."""
+        raise NotImplementedError
+
+    def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
+        """The cached key that best matches `key` (a placeholder here; subclasses override it)."""
+        return None
+
+    @abstractmethod
+    def __getitem__(self, key: Sequence[int]) -> LlamaState:
+        raise NotImplementedError
+
+    @abstractmethod
+    def __contains__(self, key: Sequence[int]) -> bool:
+        raise NotImplementedError
+
+    @abstractmethod
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
+        raise NotImplementedError

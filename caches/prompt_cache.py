@@ -1,0 +1,356 @@
+"""llama-server's host prompt cache (`--cache-ram`) for one slot, generic over the state type.
+
+The rules are llama-server's `server_context::get_available_slot` (one slot) and
+`server_prompt_cache::{alloc, load, update}` (tools/server/server-task.cpp). They are plain functions of
+their inputs (`update_due`, `plan_save`, `pick_better`, `plan_update`) with no I/O; `PromptCache`
+applies them. The C++ computes its ratios in `float`; so do the rules here (`_f32`), so that a decision
+on the edge (a fraction that rounds across 0.5, say) is the same as llama-server's.
+
+Evicted entries are handed to the caller, which sends them to the disk tier:
+
+    if PromptCache.wants_update(slot.tokens, prompt):
+        pc.save(slot.tokens, nbytes, lambda: slot.state_bytes())   # `state()` runs only if stored
+        if (got := pc.take_better(slot.tokens, prompt)) is not None:
+            slot.tokens, slot.state = got
+        for entry in pc.update():   # what `save` evicted to make room, then what `update` evicted
+            disk.put(entry.tokens, entry.state)
+
+`save` never returns its evictions; it queues them. `update()` returns (and clears) everything evicted
+since the previous `update()` / `drain_evicted()`, oldest first; `drain_evicted()` does the same for a
+caller that saves without updating.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import structlog
+
+__all__ = [
+    "DEFAULT_LIMIT_BYTES",
+    "Entry",
+    "PromptCache",
+    "PromptCacheStats",
+    "SavePlan",
+    "default_limit_bytes",
+    "lcp",
+    "pick_better",
+    "plan_save",
+    "plan_update",
+    "update_due",
+]
+
+log = structlog.get_logger(__name__)
+
+S = TypeVar("S")
+
+DEFAULT_LIMIT_BYTES = 8192 << 20
+"""llama-server's `--cache-ram` default: 8192 MiB."""
+
+_LCP_CHUNK = 256
+_F32 = struct.Struct("f")
+
+
+def _f32(x: float) -> float:
+    """Round to IEEE single precision, as a C++ `float` holds it."""
+    if math.isnan(x) or math.isinf(x):
+        return x
+    try:
+        return float(_F32.unpack(_F32.pack(x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _fdiv(a: float, b: float) -> float:
+    """`float(a) / float(b)` in single precision (0/0 is NaN, as in C++)."""
+    if b == 0:
+        return math.nan if a == 0 else math.copysign(math.inf, a)
+    # Each operand is a float first; one correctly rounded double op then rounded to float is the float op.
+    return _f32(_f32(a) / _f32(b))
+
+
+def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    if not isinstance(a, list | tuple) or type(a) is not type(b):
+        a, b = list(a), list(b)
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while i + _LCP_CHUNK <= n and a[i : i + _LCP_CHUNK] == b[i : i + _LCP_CHUNK]:
+        i += _LCP_CHUNK
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def default_limit_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """llama-server's 8192 MiB, but at most a quarter of the memory available now (MemAvailable)."""
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    fields = line.split()
+                    kib = int(fields[1])
+                    return min(DEFAULT_LIMIT_BYTES, kib * 1024 // 4)
+    except (OSError, ValueError, IndexError):
+        pass
+    return DEFAULT_LIMIT_BYTES
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rules, as plain functions.
+
+
+def update_due(slot: Sequence[int], prompt: Sequence[int], similarity: float = 0.1) -> bool:
+    """Whether llama-server (one slot) saves the slot and looks for a better cached prompt.
+
+    `get_available_slot`: the slot is taken "by similarity" when it is not empty and
+    lcp / len(prompt) > similarity; then the cache is updated only if the slot would keep under half of
+    its tokens (f_keep < 0.5). Otherwise it is taken "by LRU" and the cache is always updated; that is
+    also the case for every request when the similarity search is off (`similarity == 0`).
+    """
+    thold = _f32(similarity)
+    if thold == 0.0 or not slot:
+        return True
+    f_sim = _fdiv(lcp(slot, prompt), len(prompt))
+    if not (f_sim > 0.0 and f_sim > thold):  # NaN (empty prompt) compares false: by LRU
+        return True
+    f_keep = _f32(_f32(f_sim * _f32(len(prompt))) / _f32(len(slot)))
+    return f_keep < 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SavePlan:
+    """What `save` does, decided by `plan_save` before anything changes."""
+
+    store: bool
+    """Whether the slot becomes a new (newest) entry; `state()` is called only then."""
+    reason: str
+    """`stored`, `empty`, `held` (an entry already holds the slot whole) or `too_large`."""
+    drop: tuple[int, ...] = ()
+    """Indices of entries the slot holds whole (replaced by it), removed first."""
+    evict: int = 0
+    """Then this many of the oldest remaining entries are evicted to make room."""
+
+
+def plan_save(entries: Sequence[tuple[Sequence[int], int]], slot: Sequence[int], nbytes: int,
+              limit_bytes: int) -> SavePlan:
+    """`server_slot::prompt_save` + `server_prompt_cache::alloc`; `entries`: (tokens, nbytes), oldest first.
+
+    In the C++ order: an empty slot is skipped; a slot that an entry holds whole is skipped; an entry
+    larger than the byte limit alone is refused (and the cache left as it is); entries the slot holds
+    whole are dropped; the oldest are evicted until the new entry fits.
+    """
+    if not slot:
+        return SavePlan(False, "empty")
+    n = len(slot)
+    if any(lcp(tokens, slot) == n for tokens, _ in entries):
+        return SavePlan(False, "held")
+    if limit_bytes > 0 and nbytes > limit_bytes:
+        return SavePlan(False, "too_large")
+    drop = tuple(i for i, (tokens, _) in enumerate(entries) if lcp(tokens, slot) == len(tokens))
+    evict = 0
+    if limit_bytes > 0:
+        kept = [size for i, (_, size) in enumerate(entries) if i not in drop]
+        total = sum(kept)
+        while evict < len(kept) and total + nbytes > limit_bytes:
+            total -= kept[evict]
+            evict += 1
+    return SavePlan(True, "stored", drop, evict)
+
+
+def pick_better(entries: Sequence[Sequence[int]], slot: Sequence[int], prompt: Sequence[int]) -> int | None:
+    """`server_prompt_cache::load`: the index of the entry to move into the slot, or None.
+
+    An entry that would keep under a quarter of itself is never taken ("don't trash large prompts").
+    Scanning oldest first, an entry wins if both its kept fraction (lcp / its length) and its similarity
+    (lcp / prompt length) are larger than the best so far, starting from the slot's own (an empty slot's
+    kept fraction is -1, so any entry beats it); ties keep the earlier one.
+    """
+    lcp_slot = lcp(slot, prompt)
+    f_keep_best = _fdiv(lcp_slot, len(slot)) if slot else -1.0
+    f_sim_best = _fdiv(lcp_slot, len(prompt))
+    best: int | None = None
+    for i, tokens in enumerate(entries):
+        n = lcp(tokens, prompt)
+        f_keep = _fdiv(n, len(tokens))
+        f_sim = _fdiv(n, len(prompt))
+        if f_keep < 0.25:
+            continue
+        if f_keep_best < f_keep and f_sim_best < f_sim:
+            f_keep_best, f_sim_best, best = f_keep, f_sim, i
+    return best
+
+
+def plan_update(entries: Sequence[tuple[int, int]], limit_bytes: int, limit_tokens: int) -> int:
+    """`server_prompt_cache::update`: how many of the oldest to evict; `entries`: (nbytes, n_tokens).
+
+    First the oldest while over the byte limit; then, only if there is a token limit, the oldest while
+    over it, the limit raised (once, before that loop) to what the byte limit holds at the remaining
+    entries' average bytes per token (at least 1).
+    """
+    sizes = [b for b, _ in entries]
+    counts = [t for _, t in entries]
+    total, n_tok, k = sum(sizes), sum(counts), 0
+    if limit_bytes > 0:
+        while k < len(entries) and total > limit_bytes:
+            total, n_tok, k = total - sizes[k], n_tok - counts[k], k + 1
+    per_token = max(1.0, _fdiv(total, max(1, n_tok)))
+    limit_cur = limit_tokens
+    if limit_bytes > 0:
+        limit_cur = max(limit_tokens, int(_f32(_f32(limit_bytes) / per_token)))
+    if limit_tokens > 0:
+        while k < len(entries) and n_tok > limit_cur:
+            total, n_tok, k = total - sizes[k], n_tok - counts[k], k + 1
+    return k
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cache.
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[S]):
+    """A cached slot: its tokens, its size in bytes (state and checkpoints) and the state itself."""
+
+    tokens: tuple[int, ...]
+    nbytes: int
+    state: S
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCacheStats:
+    """A snapshot of a `PromptCache`'s contents and counters."""
+
+    entries: int
+    bytes: int
+    n_tokens: int
+    limit_bytes: int
+    limit_tokens: int
+    saves: int
+    """Slots stored."""
+    skipped: int
+    """`save` calls that stored nothing (empty slot, already held, larger than the limit)."""
+    replaced: int
+    """Entries dropped because a saved slot held them whole."""
+    hits: int
+    """`take_better` calls that moved an entry into the slot."""
+    misses: int
+    evictions: int
+    evicted_bytes: int
+
+
+class PromptCache(Generic[S]):
+    """llama-server's `server_prompt_cache` for one slot; entries oldest first. Not thread-safe."""
+
+    @staticmethod
+    def wants_update(slot: Sequence[int], prompt: Sequence[int], similarity: float = 0.1) -> bool:
+        """Whether a request for `prompt` updates the cache (`update_due`)."""
+        return update_due(slot, prompt, similarity)
+
+    def __init__(self, limit_bytes: int, limit_tokens: int) -> None:
+        """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit."""
+        if limit_bytes < 0 or limit_tokens < 0:
+            raise ValueError("limits must be >= 0 (0: no limit)")
+        self.limit_bytes = limit_bytes
+        self.limit_tokens = limit_tokens
+        self._entries: list[Entry[S]] = []
+        self._evicted: list[Entry[S]] = []
+        self._saves = self._skipped = self._replaced = 0
+        self._hits = self._misses = self._evictions = self._evicted_bytes = 0
+
+    @property
+    def entries(self) -> Sequence[Entry[S]]:
+        """The entries, oldest first (a copy)."""
+        return tuple(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(e.nbytes for e in self._entries)
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(e.tokens) for e in self._entries)
+
+    def save(self, slot: Sequence[int], nbytes: int, state: Callable[[], S]) -> bool:
+        """Store the slot (`state()` is called only if it is stored); True if stored.
+
+        Entries evicted to make room are queued for `update()` / `drain_evicted()`.
+        """
+        plan = plan_save([(e.tokens, e.nbytes) for e in self._entries], slot, nbytes, self.limit_bytes)
+        if not plan.store:
+            self._skipped += 1
+            if plan.reason == "too_large":
+                log.warning("prompt_cache.too_large", n_tokens=len(slot), nbytes=nbytes,
+                            limit_bytes=self.limit_bytes)
+            else:
+                log.debug("prompt_cache.skip", reason=plan.reason, n_tokens=len(slot))
+            return False
+        if plan.drop:
+            self._replaced += len(plan.drop)
+            self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
+            log.debug("prompt_cache.replaced", count=len(plan.drop))
+        self._evict_oldest(plan.evict)
+        try:
+            value = state()
+        except MemoryError:
+            # alloc's bad_alloc: shrink the byte limit to 40 % of what is held, then update.
+            self.limit_bytes = max(1, int(0.4 * self.nbytes))
+            log.error("prompt_cache.alloc_failed", limit_bytes=self.limit_bytes)
+            self._skipped += 1
+            self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+            return False
+        self._entries.append(Entry(tuple(slot), nbytes, value))
+        self._saves += 1
+        log.debug("prompt_cache.save", n_tokens=len(slot), nbytes=nbytes, entries=len(self._entries))
+        return True
+
+    def take_better(self, slot: Sequence[int], prompt: Sequence[int]) -> tuple[list[int], S] | None:
+        """Remove and return (tokens, state) of the entry that serves `prompt` better than the slot."""
+        i = pick_better([e.tokens for e in self._entries], slot, prompt)
+        if i is None:
+            self._misses += 1
+            return None
+        entry = self._entries.pop(i)
+        self._hits += 1
+        log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept=lcp(entry.tokens, prompt))
+        return list(entry.tokens), entry.state
+
+    def update(self) -> list[Entry[S]]:
+        """Evict over the limits; return every entry evicted since the last update/drain, oldest first."""
+        self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+        return self.drain_evicted()
+
+    def drain_evicted(self) -> list[Entry[S]]:
+        """Return and forget the entries evicted (by `save` or `update`) since the last update/drain."""
+        out, self._evicted = self._evicted, []
+        return out
+
+    def stats(self) -> PromptCacheStats:
+        return PromptCacheStats(
+            entries=len(self._entries), bytes=self.nbytes, n_tokens=self.n_tokens,
+            limit_bytes=self.limit_bytes, limit_tokens=self.limit_tokens, saves=self._saves,
+            skipped=self._skipped, replaced=self._replaced, hits=self._hits, misses=self._misses,
+            evictions=self._evictions, evicted_bytes=self._evicted_bytes,
+        )
+
+    def _sizes(self) -> list[tuple[int, int]]:
+        return [(e.nbytes, len(e.tokens)) for e in self._entries]
+
+    def _evict_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        gone, self._entries = self._entries[:count], self._entries[count:]
+        self._evicted.extend(gone)
+        self._evictions += len(gone)
+        self._evicted_bytes += sum(e.nbytes for e in gone)
+        log.debug("prompt_cache.evict", count=len(gone), nbytes=sum(e.nbytes for e in gone),
+                  entries=len(self._entries))

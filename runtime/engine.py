@@ -1,0 +1,467 @@
+"""The engine: the only module that talks to llama.cpp (through llama-cpp-python's C API).
+
+It owns one model and one context and offers what the slot needs: chat rendering and tokenization,
+batched evaluation with an abort hook, sampling, per-sequence state and memory operations. Defaults
+match llama-server's where numerics depend on them (flash attention on, n_batch 2048, n_ubatch 512),
+so greedy answers equal llama-server's on the same workload.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+import structlog
+
+from runtime.errors import ContextOverflow, DecodeError, ModelLoadError
+
+log = structlog.get_logger(__name__)
+
+SEQ = 0  # the slot's sequence
+_DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+_KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+class MemoryKind(enum.StrEnum):
+    """What the model's memory is, which decides how the slot can roll it back."""
+
+    TRANSFORMER = "transformer"  # a KV cache: any suffix can be dropped
+    RECURRENT = "recurrent"  # a state per sequence (Mamba, RWKV): no suffix can be dropped
+    HYBRID = "hybrid"  # attention + recurrent layers (Jamba, Granite-H, LFM2 …)
+    SLIDING_WINDOW = "sliding_window"  # SWA layers keep only the last n_swa positions (Gemma 3)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Context settings. Defaults are llama-server's where they change the numbers."""
+
+    n_ctx: int = 8192
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_threads: int | None = None  # None: physical cores, as llama-server
+    n_threads_batch: int | None = None  # None: same as n_threads
+    flash_attn: bool = True
+    swa_full: bool = False
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_gpu_layers: int = 0
+    use_mmap: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("n_ctx", "n_batch", "n_ubatch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in _KV_TYPES:
+                raise ValueError(f"{name} must be one of {sorted(_KV_TYPES)}")
+
+    def settings_key(self) -> str:
+        """The context settings a saved state depends on (part of every stored state's header)."""
+        return (
+            f"n_ctx={self.n_ctx};n_batch={self.n_batch};n_ubatch={self.n_ubatch};fa={int(self.flash_attn)};"
+            f"swa_full={int(self.swa_full)};type_k={self.type_k};type_v={self.type_v}"
+        )
+
+
+def physical_cores() -> int:
+    """Physical cores (llama-server's default thread count); logical CPUs where that is unknown."""
+    try:
+        pairs: set[tuple[str, str]] = set()
+        phys = core = ""
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                    pairs.add((phys, core))
+        if pairs:
+            return max(1, min(len(pairs), os.cpu_count() or 1))
+    except OSError:
+        pass
+    return max(1, os.cpu_count() or 1)
+
+
+def fingerprint_file(path: Path) -> str:
+    """A cheap model fingerprint: size plus a hash of the first and last MiB (the GGUF header and tail)."""
+    size = path.stat().st_size
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+            h.update(f.read())
+    return h.hexdigest()
+
+
+# llama.cpp logs go to structlog (warnings and errors only) instead of stderr.
+_LOG_LOCK = threading.Lock()
+_backend_ready = False
+
+
+@llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
+def _llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    if level in (3, 4):  # ggml: 1 debug, 2 info, 3 warn, 4 error, 5 continuation
+        msg = text.decode("utf-8", "replace").rstrip()
+        if msg:
+            log.debug("llama.log", level="warn" if level == 3 else "error", message=msg)
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _LOG_LOCK:
+        if not _backend_ready:
+            llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _backend_ready = True
+
+
+def _check_gguf(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(str(path), "no such file")
+    if not path.is_file():
+        raise ModelLoadError(str(path), "not a regular file")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelLoadError(str(path), f"unreadable ({e.strerror})") from e
+    if magic != b"GGUF":
+        raise ModelLoadError(str(path), "not a GGUF file (bad magic)")
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """A chat rendered with the model's template and tokenized, with where each message starts."""
+
+    text: str
+    tokens: list[int]
+    message_starts: list[int]  # token index where message i starts (same order as the messages)
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def user_starts(self) -> list[int]:
+        return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
+
+
+class Sampler:
+    """A llama.cpp sampler chain in llama-server's order, built from sampling settings."""
+
+    def __init__(self, engine: Engine, *, temperature: float, top_k: int, top_p: float, min_p: float,
+                 repeat_penalty: float, presence_penalty: float, frequency_penalty: float,
+                 repeat_last_n: int, seed: int | None) -> None:
+        self._engine = engine
+        params = llama_cpp.llama_sampler_chain_default_params()
+        params.no_perf = True
+        chain = llama_cpp.llama_sampler_chain_init(params)
+        seed_ = _DEFAULT_SEED if seed is None else seed
+        add = llama_cpp.llama_sampler_chain_add
+        add(chain, llama_cpp.llama_sampler_init_penalties(engine.n_vocab, repeat_last_n, repeat_penalty,
+                                                          frequency_penalty, presence_penalty))
+        add(chain, llama_cpp.llama_sampler_init_top_k(top_k))
+        add(chain, llama_cpp.llama_sampler_init_top_p(top_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_min_p(min_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_temp_ext(temperature, 0.0, 1.0))
+        add(chain, llama_cpp.llama_sampler_init_dist(seed_))
+        self._chain: Any = chain
+
+    def sample(self) -> int:
+        """Sample from the context's last logits and accept the token."""
+        tok = int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
+        return tok
+
+    def accept(self, token: int) -> None:
+        llama_cpp.llama_sampler_accept(self._chain, token)
+
+    def close(self) -> None:
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Engine:
+    """One model, one context, one sequence (seq 0) used by the slot. Not thread-safe: one caller."""
+
+    def __init__(self, path: str | os.PathLike[str], config: EngineConfig | None = None) -> None:
+        self.path = Path(path)
+        self.config = config or EngineConfig()
+        _check_gguf(self.path)
+        _init_backend()
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = self.config.n_gpu_layers
+        mparams.use_mmap = self.config.use_mmap
+        model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(str(self.path), "llama.cpp could not load it (damaged or unsupported GGUF)")
+        self.model: Any = model
+        cfg = self.config
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = cfg.n_ctx
+        cparams.n_batch = cfg.n_batch
+        cparams.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
+        cparams.n_seq_max = 1
+        threads = cfg.n_threads or physical_cores()
+        cparams.n_threads = threads
+        cparams.n_threads_batch = cfg.n_threads_batch or threads
+        cparams.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        cparams.swa_full = cfg.swa_full
+        cparams.type_k = _KV_TYPES[cfg.type_k]
+        cparams.type_v = _KV_TYPES[cfg.type_v]
+        cparams.no_perf = True
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_cb = llama_cpp.ggml_abort_callback(self._abort_trampoline)
+        cparams.abort_callback = self._abort_cb
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        if not ctx:
+            llama_cpp.llama_model_free(model)
+            raise ModelLoadError(str(self.path), "llama.cpp could not create a context for it")
+        self.ctx: Any = ctx
+        self.n_threads = threads
+        self.vocab: Any = llama_cpp.llama_model_get_vocab(model)
+        self.mem: Any = llama_cpp.llama_get_memory(ctx)
+        self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
+        self.n_batch = cfg.n_batch
+        self.n_ubatch = int(cparams.n_ubatch)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_swa = int(llama_cpp.llama_model_n_swa(model))
+        self.kind = self._memory_kind()
+        self.fingerprint = fingerprint_file(self.path)
+        self.settings_key = cfg.settings_key()
+        self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
+        self._closed = False
+        self.chat_template = self.meta("tokenizer.chat_template")
+        self._formatter: Any = None
+        log.info("engine.loaded", path=str(self.path), kind=str(self.kind), n_ctx=self.n_ctx,
+                 n_threads=threads, n_vocab=self.n_vocab, n_swa=self.n_swa)
+
+    # --- what the model is -------------------------------------------------------------------------
+
+    def _memory_kind(self) -> MemoryKind:
+        if llama_cpp.llama_model_is_hybrid(self.model):
+            return MemoryKind.HYBRID
+        if llama_cpp.llama_model_is_recurrent(self.model):
+            return MemoryKind.RECURRENT
+        if self.n_swa > 0 and not self.config.swa_full:
+            return MemoryKind.SLIDING_WINDOW
+        return MemoryKind.TRANSFORMER
+
+    @property
+    def can_truncate(self) -> bool:
+        """Whether any suffix of the memory can be dropped (a plain transformer KV cache)."""
+        return self.kind is MemoryKind.TRANSFORMER
+
+    @property
+    def needs_checkpoints(self) -> bool:
+        return not self.can_truncate
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    def token_text(self, token: int) -> str:
+        return bytes(llama_cpp.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", "replace")
+
+    @property
+    def eos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @property
+    def bos_token(self) -> int:
+        return int(llama_cpp.llama_vocab_bos(self.vocab))
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # --- text ----------------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (llama_cpp.llama_token * cap)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (llama_cpp.llama_token * cap)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_to_piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def _chat_formatter(self) -> Any:
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            if not self.chat_template:
+                raise ModelLoadError(str(self.path), "the model has no chat template (tokenizer.chat_template)")
+            eos, bos = self.eos_token, self.bos_token
+            self._formatter = Jinja2ChatFormatter(
+                template=self.chat_template,
+                eos_token=self.token_text(eos) if eos != -1 else "",
+                bos_token=self.token_text(bos) if bos != -1 else "",
+                add_generation_prompt=True,
+            )
+        return self._formatter
+
+    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        fmt = self._chat_formatter()
+        fmt.add_generation_prompt = add_generation_prompt
+        try:
+            return str(fmt(messages=list(messages)).prompt)
+        finally:
+            fmt.add_generation_prompt = True
+
+    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> RenderedChat:
+        """Render a chat with the model's own template, tokenize it and find each message's first token."""
+        text = self.render_text(messages, add_generation_prompt=add_generation_prompt)
+        tokens = self.tokenize(text)
+        starts: list[int] = [0] if messages else []
+        for i in range(1, len(messages)):
+            # message i starts where the rendering of the messages before it stops matching
+            part = self.tokenize(self.render_text(messages[:i], add_generation_prompt=False))
+            n, lim = 0, min(len(part), len(tokens))
+            while n < lim and part[n] == tokens[n]:
+                n += 1
+            starts.append(n)
+        return RenderedChat(text=text, tokens=tokens, message_starts=starts,
+                            roles=[m["role"] for m in messages])
+
+    # --- evaluation ----------------------------------------------------------------------------------
+
+    def _abort_trampoline(self, _data: ctypes.c_void_p) -> bool:
+        check = self._abort_check
+        return bool(check and check())
+
+    def set_abort(self, check: Callable[[], bool] | None) -> None:
+        """A check llama.cpp calls between graph computations; True aborts the running decode."""
+        self._abort_check = check
+
+    def decode(self, tokens: Sequence[int], pos: int, *, logits_last: bool = True) -> None:
+        """Evaluate `tokens` at positions pos.. in one batch of at most n_batch tokens.
+
+        Raises DecodeError (code 2 when aborted: the ubatches already processed stay in memory).
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        if pos + n > self.n_ctx:
+            raise ContextOverflow(pos + n, self.n_ctx)
+        b = self._batch
+        b.n_tokens = n
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = SEQ
+            b.logits[i] = 0
+        if logits_last:
+            b.logits[n - 1] = 1
+        rc = int(llama_cpp.llama_decode(self.ctx, b))
+        if rc != 0:
+            raise DecodeError(rc)
+
+    def logits(self) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """A copy of the last evaluated token's logits."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def sampler(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                repeat_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                repeat_last_n: int = 64, seed: int | None = None) -> Sampler:
+        return Sampler(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                       repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                       frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n, seed=seed)
+
+    # --- state and memory ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _flags(partial: bool) -> int:
+        return llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0
+
+    def state_size(self, *, partial: bool = False, seq: int = SEQ) -> int:
+        return int(llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, self._flags(partial)))
+
+    def state_get(self, *, partial: bool = False, seq: int = SEQ) -> bytes:
+        """The sequence's state (full, or PARTIAL_ONLY: the parts that cannot be rolled back)."""
+        size = self.state_size(partial=partial, seq=seq)
+        buf = (ctypes.c_uint8 * size)()
+        n = int(llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, self._flags(partial)))
+        if n != size:
+            raise DecodeError(-2, f"state copy returned {n} of {size} bytes")
+        return bytes(buf)
+
+    def state_set(self, data: bytes, *, partial: bool = False, seq: int = SEQ) -> bool:
+        """Load a state saved by `state_get`; False (memory cleared) when llama.cpp refuses it."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        n = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, self._flags(partial)))
+        if n != len(data):
+            if not partial:
+                self.clear()
+            return False
+        return True
+
+    def seq_rm(self, p0: int, p1: int = -1, *, seq: int = SEQ) -> bool:
+        """Remove positions [p0, p1) of the sequence; False if the memory cannot (recurrent suffix)."""
+        return bool(llama_cpp.llama_memory_seq_rm(self.mem, seq, p0, p1))
+
+    def pos_min(self, seq: int = SEQ) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_min(self.mem, seq))
+
+    def pos_max(self, seq: int = SEQ) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, seq))
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+
+    # --- lifetime --------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self.ctx)
+        llama_cpp.llama_model_free(self.model)
+        log.debug("engine.closed", path=str(self.path))
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,58 @@
+"""The runtime's typed errors. Every error turnstile raises on purpose derives from `TurnstileError`."""
+
+from __future__ import annotations
+
+from sessions.errors import TurnstileError
+
+__all__ = [
+    "ContextOverflow",
+    "DecodeError",
+    "ModelLoadError",
+    "QueueFull",
+    "RequestTimeout",
+    "RuntimeClosed",
+    "TurnstileError",
+]
+
+
+class ModelLoadError(TurnstileError):
+    """Raised when a model file is missing, unreadable, not a GGUF file or rejected by llama.cpp."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot load model {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class DecodeError(TurnstileError):
+    """Raised when llama_decode fails: 1 no KV slot, 2 aborted, -1 bad batch, < -1 fatal."""
+
+    def __init__(self, code: int, detail: str = "") -> None:
+        meaning = {1: "no KV slot for the batch", 2: "aborted", -1: "invalid batch"}.get(
+            code, "fatal error" if code < -1 else "unknown error"
+        )
+        super().__init__(f"llama_decode returned {code} ({meaning}){': ' + detail if detail else ''}")
+        self.code = code
+
+
+class ContextOverflow(TurnstileError):
+    """Raised before anything changes when a prompt (plus the room asked for) does not fit the context."""
+
+    def __init__(self, n_prompt: int, n_ctx: int, room: int = 0) -> None:
+        need = f"{n_prompt} prompt tokens" + (f" + {room} to generate" if room else "")
+        super().__init__(f"{need} do not fit a context of {n_ctx} tokens")
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx
+        self.room = room
+
+
+class QueueFull(TurnstileError):
+    """Raised at once when a request arrives while `max_queued` requests are already waiting."""
+
+
+class RequestTimeout(TurnstileError):
+    """Raised when a request's `timeout` passes before it finished; its session is unchanged."""
+
+
+class RuntimeClosed(TurnstileError):
+    """Raised for requests made to, or still queued in, a runtime that is closing or closed."""

@@ -1,0 +1,423 @@
+"""The slot executor: one llama.cpp sequence serving many conversations, one request at a time.
+
+For each request, in llama-server's order (`get_available_slot`, `update_slots`, `process_token`):
+prompt cache update (save the slot, load a better state from RAM or disk, evict), prefix reuse (truncate
+a transformer's KV cache, or restore a checkpoint for memories that cannot drop a suffix), prefill in
+n_batch chunks with checkpoints where llama-server makes them, then decode until EOS, a stop string,
+the token limit or cancellation. After any stop, `tokens` equals what the sequence's memory holds.
+
+Synchronous and single-threaded: the scheduler calls `run` from its one worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+import structlog
+
+from caches.disk_tier import DiskTier
+from caches.prompt_cache import PromptCache, lcp
+from runtime.detok import IncrementalText
+from runtime.engine import Engine
+from runtime.errors import ContextOverflow, DecodeError
+from runtime.slot_state import (
+    CHECKPOINT_MIN_STEP,
+    N_CTX_CHECKPOINTS,
+    Checkpoint,
+    SlotState,
+    find_restore,
+    make_room,
+)
+from runtime.stops import StopMatcher
+from sessions import Sampling
+
+log = structlog.get_logger(__name__)
+
+CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
+FinishReason = Literal["stop", "length", "cancelled"]
+
+
+@dataclass
+class SlotRequest:
+    """One completion for the slot: a tokenized prompt and how to generate."""
+
+    prompt: Sequence[int]
+    sampling: Sampling = field(default_factory=Sampling)
+    max_tokens: int | None = None  # None: the sampling's max_tokens, else until the context is full
+    stop: Sequence[str] = ()
+    user_starts: Sequence[int] = ()  # token index of each user message (checkpoint boundaries)
+    reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
+    cancel: Callable[[], bool] = lambda: False
+    on_piece: Callable[[str], None] | None = None
+    request_id: int = 0
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """What a request did: its text and where every token came from."""
+
+    text: str
+    finish_reason: FinishReason
+    tokens: list[int]  # generated tokens (an end-of-generation token included)
+    prompt_tokens: int
+    cached_tokens: int  # llama-server's cache_n
+    prefilled_tokens: int  # llama-server's prompt_n
+    cache_source: CacheSource
+    bytes_saved: int
+    bytes_restored: int
+    t_cache: float
+    t_prefill: float
+    t_decode: float
+    t_first_token: float | None  # seconds from start to the first generated token
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class SlotStats(msgspec.Struct, frozen=True):
+    """Counters of the slot since it was made."""
+
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefilled_tokens: int
+    generated_tokens: int
+    swaps: int  # prompt cache updates that replaced the slot's state
+    ram_loads: int
+    disk_loads: int
+    checkpoint_restores: int
+    checkpoints: int
+    slot_tokens: int
+    ram_entries: int
+    ram_bytes: int
+
+
+class Slot:
+    """Sequence 0 of an engine's context, with its prompt cache, checkpoints and optional disk tier."""
+
+    def __init__(self, engine: Engine, *, cache_ram_bytes: int | None = None, disk: DiskTier | None = None,
+                 similarity: float = 0.1, max_checkpoints: int = N_CTX_CHECKPOINTS,
+                 checkpoint_min_step: int = CHECKPOINT_MIN_STEP) -> None:
+        self.engine = engine
+        self.cache: PromptCache[SlotState] | None = (
+            PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
+        )
+        self.disk = disk
+        self.similarity = similarity
+        self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
+        self.checkpoint_min_step = checkpoint_min_step
+        self.tokens: list[int] = []
+        self.checkpoints: list[Checkpoint] = []
+        self._n = {"requests": 0, "prompt": 0, "cached": 0, "prefilled": 0, "generated": 0, "swaps": 0,
+                   "ram": 0, "disk": 0, "ckpt": 0}
+
+    # --- reading (the scheduler's affinity policy asks these between requests) ---------------------
+
+    def reuse_estimate(self, prompt: Sequence[int]) -> int:
+        """How many prompt tokens the slot or the RAM cache already holds (an upper bound on cache_n)."""
+        best = lcp(self.tokens, prompt)
+        if self.cache is not None:
+            for e in self.cache.entries:
+                best = max(best, lcp(e.tokens, prompt))
+        return best
+
+    def stats(self) -> SlotStats:
+        n = self._n
+        return SlotStats(
+            requests=n["requests"], prompt_tokens=n["prompt"], cached_tokens=n["cached"],
+            prefilled_tokens=n["prefilled"], generated_tokens=n["generated"], swaps=n["swaps"],
+            ram_loads=n["ram"], disk_loads=n["disk"], checkpoint_restores=n["ckpt"],
+            checkpoints=len(self.checkpoints), slot_tokens=len(self.tokens),
+            ram_entries=len(self.cache) if self.cache is not None else 0,
+            ram_bytes=self.cache.nbytes if self.cache is not None else 0,
+        )
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def _snapshot(self) -> SlotState:
+        return SlotState(self.engine.state_get(), tuple(self.checkpoints))
+
+    def _state_nbytes(self) -> int:
+        return self.engine.state_size() + sum(c.nbytes for c in self.checkpoints)
+
+    def _load(self, tokens: list[int], state: SlotState) -> bool:
+        if not self.engine.state_set(state.state):
+            log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
+            self.reset()
+            return False
+        self.tokens = list(tokens)
+        self.checkpoints = list(state.checkpoints)
+        return True
+
+    def reset(self) -> None:
+        """Forget everything the sequence holds (llama-server's prompt_clear)."""
+        self.engine.seq_rm(-1, -1)
+        self.tokens = []
+        self.checkpoints = []
+
+    def _to_disk(self, tokens: Sequence[int], state: SlotState) -> int:
+        if self.disk is None or not tokens:
+            return 0
+        data = state.encode()
+        return len(data) if self.disk.put(tokens, data) else 0
+
+    def _evict_to_disk(self, evicted: Sequence[object]) -> int:
+        n = 0
+        for e in evicted:
+            n += self._to_disk(e.tokens, e.state)  # type: ignore[attr-defined]
+        return n
+
+    def flush(self) -> int:
+        """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
+        if self.disk is None:
+            return 0
+        n = 0
+        if self.cache is not None:
+            for e in list(self.cache.entries):
+                n += self._to_disk(e.tokens, e.state)
+        if self.tokens:
+            n += self._to_disk(self.tokens, self._snapshot())
+        log.info("cache.flush", nbytes=n)
+        return n
+
+    # --- one request ------------------------------------------------------------------------------
+
+    def check_fits(self, n_prompt: int, max_tokens: int | None, reserve: bool) -> None:
+        room = (max_tokens or 0) if reserve else 0
+        if n_prompt == 0:
+            raise ContextOverflow(0, self.engine.n_ctx)  # an empty prompt cannot be evaluated
+        if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
+            raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
+
+    def _update_cache(self, prompt: Sequence[int]) -> tuple[CacheSource | None, int, int]:
+        """llama-server's prompt cache update; returns (where a loaded state came from, bytes saved, restored)."""
+        if not PromptCache.wants_update(self.tokens, prompt, self.similarity):
+            return None, 0, 0
+        saved = restored = 0
+        source: CacheSource | None = None
+        evicted: list[object] = []
+        nbytes = self._state_nbytes() if self.tokens else 0
+        if self.cache is not None:
+            if self.cache.save(self.tokens, nbytes, self._snapshot):
+                saved = nbytes
+                log.debug("cache.save", n_tokens=len(self.tokens), nbytes=nbytes)
+            evicted += self.cache.drain_evicted()
+        if not saved and self.tokens and self.disk is not None and (
+                self.cache is None or 0 < self.cache.limit_bytes < nbytes):
+            # too large for RAM (or no RAM cache): the disk tier keeps it
+            saved = self._to_disk(self.tokens, self._snapshot())
+        if self.cache is not None:
+            better = self.cache.take_better(self.tokens, prompt)
+            if better is not None:
+                tokens, state = better
+                if self._load(tokens, state):
+                    source, restored = "ram", state.nbytes
+                    self._n["ram"] += 1
+        if source is None and self.disk is not None:
+            found = self.disk.find(prompt, better_than=lcp(self.tokens, prompt))
+            if found is not None and self._better_than_slot(found[0], prompt):
+                tokens, data = found
+                try:
+                    state = SlotState.decode(data)
+                except msgspec.DecodeError:
+                    log.warning("cache.disk_state_undecodable", n_tokens=len(tokens))
+                    self.disk.remove(tokens)
+                else:
+                    if self._load(tokens, state):
+                        source, restored = "disk", len(data)
+                        self._n["disk"] += 1
+        if self.cache is not None:
+            evicted += self.cache.update()
+        self._evict_to_disk(evicted)
+        if source is not None:
+            self._n["swaps"] += 1
+            log.info("cache.load", source=source, n_tokens=len(self.tokens), nbytes=restored)
+        return source, saved, restored
+
+    def _better_than_slot(self, tokens: Sequence[int], prompt: Sequence[int]) -> bool:
+        """llama-server's load rule against the slot: both a larger kept fraction and a larger similarity."""
+        keep_slot = lcp(self.tokens, prompt) / len(self.tokens) if self.tokens else -1.0
+        sim_slot = lcp(self.tokens, prompt) / len(prompt)
+        n = lcp(tokens, prompt)
+        return n / len(tokens) >= 0.25 and n / len(tokens) > keep_slot and n / len(prompt) > sim_slot
+
+    def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
+        """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""
+        eng = self.engine
+        n_past = lcp(self.tokens, prompt)
+        pos_next = n_past
+        restored = False
+        if self.max_checkpoints and 0 < n_past <= len(self.tokens):
+            has_new = n_past < len(prompt)
+            thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
+            if eng.pos_min() >= thold:
+                cp = find_restore(self.checkpoints, pos_next, thold)
+                if cp is not None and eng.state_set(cp.data, partial=True):
+                    pos_next = min(pos_next, max(cp.pos_min + 1, cp.pos_max))
+                    n_past = min(pos_next, cp.n_tokens)
+                    restored = True
+                    self._n["ckpt"] += 1
+                    log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
+                else:
+                    pos_next = n_past = 0
+        if self.max_checkpoints:
+            self.checkpoints = [c for c in self.checkpoints if c.pos_max <= pos_next]
+        if n_past == len(prompt) and n_past > 0:
+            n_past -= 1  # the last prompt token is always evaluated, for its logits
+        del self.tokens[n_past:]
+        if not eng.seq_rm(n_past, -1) and n_past == 0:
+            eng.clear()
+        return n_past, restored
+
+    def _prefill(self, req: SlotRequest) -> None:
+        eng, prompt = self.engine, req.prompt
+        n_prompt = len(prompt)
+        user_starts = set(req.user_starts)
+        last_user = max(req.user_starts, default=-1)
+        do_ckpt_model = self.max_checkpoints > 0
+        offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
+        while len(self.tokens) < n_prompt:
+            start = len(self.tokens)
+            end = start
+            while end < n_prompt and end - start < eng.n_batch:
+                end += 1
+                if do_ckpt_model:
+                    if end in user_starts and (
+                        end == last_user or not self.checkpoints
+                        or end > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
+                    ):
+                        break
+                    if any(n_prompt == end + off for off in offsets):
+                        break
+            if do_ckpt_model:
+                self._maybe_checkpoint(req, start, end, n_prompt, start in user_starts, start == last_user)
+            batch = list(prompt[start:end])
+            try:
+                eng.decode(batch, start, logits_last=end == n_prompt)
+            except DecodeError as e:
+                self._after_abort(batch, start)
+                if e.code == 2:
+                    raise _Cancelled from None
+                raise
+            self.tokens.extend(batch)
+
+    def _maybe_checkpoint(self, req: SlotRequest, start: int, end: int, n_prompt: int,
+                          is_user_start: bool, is_last_user: bool) -> None:
+        eng = self.engine
+        near_end = n_prompt < end + eng.n_ubatch
+        if end != n_prompt and not is_user_start and not near_end:
+            return
+        pos_min, pos_max = eng.pos_min(), eng.pos_max()
+        if pos_min < 0:
+            return
+        if self.checkpoints and not (is_last_user or near_end
+                                     or start > self.checkpoints[-1].n_tokens + self.checkpoint_min_step):
+            return
+        kept = make_room(self.checkpoints, start, req.request_id, max_checkpoints=self.max_checkpoints,
+                         min_step=self.checkpoint_min_step)
+        cp = Checkpoint(n_tokens=start, pos_min=pos_min, pos_max=pos_max,
+                        data=eng.state_get(partial=True), request_id=req.request_id)
+        self.checkpoints = [*kept, cp]
+        log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+
+    def _after_abort(self, batch: Sequence[int], start: int) -> None:
+        """Make `tokens` equal to memory again after an aborted or failed decode."""
+        eng = self.engine
+        if eng.can_truncate:
+            done = max(0, eng.pos_max() + 1 - start)
+            self.tokens.extend(batch[:done])
+            eng.seq_rm(len(self.tokens), -1)
+        else:
+            # a recurrent state may be half-updated: start this sequence over
+            self.reset()
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        """Run one request to its end; raises ContextOverflow (nothing changed) or DecodeError."""
+        eng = self.engine
+        prompt = list(req.prompt)
+        max_tokens = req.max_tokens if req.max_tokens is not None else req.sampling.max_tokens
+        self.check_fits(len(prompt), max_tokens, req.reserve)
+        t0 = time.perf_counter()
+        source, saved, restored = self._update_cache(prompt)
+        n_past, from_ckpt = self._reuse_prefix(prompt)
+        t_cache = time.perf_counter() - t0
+        if n_past == 0:
+            source = "none"
+        elif from_ckpt:
+            source = "checkpoint"
+        elif source is None:
+            source = "slot"
+        log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        self._n["requests"] += 1
+        self._n["prompt"] += len(prompt)
+        self._n["cached"] += n_past
+        eng.set_abort(req.cancel)
+        finish: FinishReason
+        generated: list[int] = []
+        stops = StopMatcher(req.stop)
+        t_first: float | None = None
+        t1 = time.perf_counter()
+        t_prefill = 0.0
+        try:
+            try:
+                self._prefill(req)
+            finally:
+                t_prefill = time.perf_counter() - t1
+                self._n["prefilled"] += max(0, len(self.tokens) - n_past)
+            log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
+            eng.set_abort(None)  # single-token decodes are short: cancel between tokens
+            finish, t_first = self._generate(req, max_tokens, generated, stops, t0)
+        except _Cancelled:
+            finish = "cancelled"
+        finally:
+            eng.set_abort(None)
+        t_decode = time.perf_counter() - t1 - t_prefill
+        self._n["generated"] += len(generated)
+        return SlotResult(
+            text=stops.text, finish_reason=finish, tokens=generated, prompt_tokens=len(prompt),
+            cached_tokens=n_past, prefilled_tokens=len(prompt) - n_past, cache_source=source,
+            bytes_saved=saved, bytes_restored=restored, t_cache=t_cache, t_prefill=t_prefill,
+            t_decode=t_decode, t_first_token=t_first,
+        )
+
+    def _generate(self, req: SlotRequest, max_tokens: int | None, generated: list[int], stops: StopMatcher,
+                  t0: float) -> tuple[FinishReason, float | None]:
+        eng = self.engine
+        detok = IncrementalText()
+        t_first: float | None = None
+        s = req.sampling
+        with eng.sampler(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                         repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
+                         frequency_penalty=s.frequency_penalty, repeat_last_n=s.repeat_last_n,
+                         seed=s.seed) as sampler:
+            while True:
+                if req.cancel():
+                    return "cancelled", t_first
+                tok = sampler.sample()
+                generated.append(tok)
+                if t_first is None:
+                    t_first = time.perf_counter() - t0
+                eog = eng.is_eog(tok)
+                piece = "" if eog else detok.feed(eng.token_to_piece(tok))
+                out = stops.feed(piece, final=eog)
+                finish: FinishReason | None = None
+                if stops.stopped_by is not None or eog:
+                    finish = "stop"
+                elif len(self.tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
+                    finish = "length"
+                    out += stops.feed(detok.flush(), final=True)
+                if out and req.on_piece is not None:
+                    req.on_piece(out)
+                if finish is not None:
+                    return finish, t_first
+                eng.decode([tok], len(self.tokens))
+                self.tokens.append(tok)
+
+
+class _Cancelled(Exception):
+    """Internal: the request's cancel check fired during prefill."""

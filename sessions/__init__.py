@@ -1,0 +1,40 @@
+"""What a conversation is: messages, sampling settings, sessions, the stores that keep them and the
+history operations on them. Knows nothing of llama.cpp.
+"""
+
+from sessions import history
+from sessions.disk import DiskStore
+from sessions.errors import (
+    InvalidHistoryOp,
+    InvalidSampling,
+    InvalidSession,
+    InvalidSessionId,
+    RevisionConflict,
+    SessionCorrupt,
+    SessionExists,
+    SessionNotFound,
+    TurnstileError,
+)
+from sessions.model import Message, Role, Sampling, Session, check_session_id
+from sessions.store import MemoryStore, SessionStore
+
+__all__ = [
+    "DiskStore",
+    "InvalidHistoryOp",
+    "InvalidSampling",
+    "InvalidSession",
+    "InvalidSessionId",
+    "MemoryStore",
+    "Message",
+    "RevisionConflict",
+    "Role",
+    "Sampling",
+    "Session",
+    "SessionCorrupt",
+    "SessionExists",
+    "SessionNotFound",
+    "SessionStore",
+    "TurnstileError",
+    "check_session_id",
+    "history",
+]

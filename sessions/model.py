@@ -1,0 +1,257 @@
+"""What a conversation is: `Message`, `Sampling` and `Session`, msgspec Structs that validate themselves.
+
+Validation runs in `__post_init__`, so it holds for values built in code and for values decoded from
+msgpack or JSON alike. Metadata is JSON-like (str keys; None, bool, int, float, str, list, dict) so that
+a session survives export and import exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from sessions.errors import InvalidSampling, InvalidSession, InvalidSessionId
+
+Role = Literal["system", "user", "assistant"]
+
+_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+_ROLES = frozenset({"system", "user", "assistant"})
+_INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
+
+
+def check_session_id(session_id: object) -> str:
+    """Return `session_id` if it is a valid session id, else raise `InvalidSessionId`."""
+    if not isinstance(session_id, str) or _ID.fullmatch(session_id) is None:
+        raise InvalidSessionId(session_id)
+    return session_id
+
+
+class Message(msgspec.Struct, frozen=True):
+    """One chat message; `created` is a Unix time in seconds."""
+
+    role: Role
+    content: str
+    created: float = msgspec.field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise InvalidSession(f"message role {self.role!r} is not one of system, user, assistant")
+        if not isinstance(self.content, str):
+            raise InvalidSession(f"message content must be a str, not {type(self.content).__name__}")
+        if not _is_number(self.created) or not math.isfinite(self.created):
+            raise InvalidSession(f"message created time {self.created!r} is not a finite number")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Sampling(msgspec.Struct, frozen=True):
+    """Sampling settings, defaulting to llama-server's; `seed=None` is random, `max_tokens=None` no limit."""
+
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+
+    MAX_STOP: ClassVar[int] = 16
+    _FLOATS: ClassVar[frozenset[str]] = frozenset(
+        {"temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            _check_sampling_field(name, getattr(self, name))
+
+    def with_overrides(self, **overrides: Any) -> Sampling:
+        """Return a copy with `overrides` applied; ints are accepted for float settings, lists for `stop`."""
+        values = msgspec.structs.asdict(self)
+        for name, value in overrides.items():
+            if name not in values:
+                raise InvalidSampling(name, value, "not a sampling setting")
+            if name in self._FLOATS and _is_int(value):
+                value = float(value)
+            elif name == "stop" and isinstance(value, list):
+                value = tuple(value)
+            values[name] = value
+        return Sampling(**values)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Sampling:
+        """Build from a mapping of settings (missing ones take the defaults); raises `InvalidSampling`."""
+        if not isinstance(values, Mapping):
+            raise InvalidSampling("sampling", values, "must be a mapping of settings")
+        for name in values:
+            if not isinstance(name, str):
+                raise InvalidSampling(str(name), values[name], "not a sampling setting")
+        return cls().with_overrides(**values)
+
+
+def _check_sampling_field(name: str, value: Any) -> None:
+    bad = _sampling_problem(name, value)
+    if bad is not None:
+        raise InvalidSampling(name, value, bad)
+
+
+def _sampling_problem(name: str, value: Any) -> str | None:
+    if name in Sampling._FLOATS:
+        if not _is_number(value):
+            return "must be a number"
+        if not math.isfinite(value):
+            return "must be finite"
+        ranges = {
+            "temperature": (value >= 0, "must be >= 0"),
+            "top_p": (0 < value <= 1, "must be in (0, 1]"),
+            "min_p": (0 <= value <= 1, "must be in [0, 1]"),
+            "repeat_penalty": (value > 0, "must be > 0"),
+            "presence_penalty": (-2 <= value <= 2, "must be in [-2, 2]"),
+            "frequency_penalty": (-2 <= value <= 2, "must be in [-2, 2]"),
+        }
+        ok, why = ranges[name]
+        return None if ok else why
+    if name in ("top_k", "repeat_last_n"):
+        if not _is_int(value):
+            return "must be an int"
+        low = 0 if name == "top_k" else -1
+        return None if value >= low else f"must be >= {low}"
+    if name == "seed":
+        if value is None:
+            return None
+        return None if _is_int(value) and 0 <= value < 2**32 else "must be None or an int in [0, 2**32)"
+    if name == "max_tokens":
+        if value is None:
+            return None
+        return None if _is_int(value) and value >= 1 else "must be None or an int >= 1"
+    if name == "stop":
+        if not isinstance(value, tuple):
+            return "must be a tuple (or list) of strings"
+        if len(value) > Sampling.MAX_STOP:
+            return f"at most {Sampling.MAX_STOP} stop strings"
+        if not all(isinstance(s, str) and s for s in value):
+            return "stop strings must be non-empty str"
+        return None
+    return "not a sampling setting"
+
+
+class Session(msgspec.Struct, frozen=True, kw_only=True):
+    """One conversation: the system prompt apart, then user and assistant messages in order.
+
+    `revision` starts at 0 and a store adds 1 on every write; `created`/`updated` are Unix times.
+    """
+
+    id: str
+    system: str | None = None
+    messages: tuple[Message, ...] = ()
+    sampling: Sampling = msgspec.field(default_factory=Sampling)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    created: float
+    updated: float
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        check_session_id(self.id)
+        if self.system is not None and not isinstance(self.system, str):
+            raise InvalidSession(f"system prompt must be a str or None, not {type(self.system).__name__}")
+        if not isinstance(self.messages, tuple):
+            raise InvalidSession("messages must be a tuple of Message")
+        for i, message in enumerate(self.messages):
+            if not isinstance(message, Message):
+                raise InvalidSession(f"messages[{i}] is not a Message")
+            if message.role == "system":
+                raise InvalidSession(f"messages[{i}] is a system message; the system prompt goes in `system`")
+        if not isinstance(self.sampling, Sampling):
+            raise InvalidSession("sampling must be a Sampling")
+        check_metadata(self.metadata)
+        for name in ("created", "updated"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value):
+                raise InvalidSession(f"{name} time {value!r} is not a finite number")
+        if not _is_int(self.revision) or self.revision < 0:
+            raise InvalidSession(f"revision {self.revision!r} is not an int >= 0")
+
+    @classmethod
+    def new(
+        cls,
+        id: str,
+        *,
+        system: str | None = None,
+        sampling: Sampling | Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> Session:
+        """A fresh session at revision 0; `sampling` may be a `Sampling` or a mapping of overrides."""
+        check_session_id(id)
+        if sampling is None:
+            sampling = Sampling()
+        elif not isinstance(sampling, Sampling):
+            sampling = Sampling.from_mapping(sampling)
+        stamp = time.time() if now is None else now
+        return cls(
+            id=id,
+            system=system,
+            sampling=sampling,
+            metadata=dict(metadata or {}),
+            created=stamp,
+            updated=stamp,
+        )
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The OpenAI-shaped message list, with the system message first when one is set."""
+        out = [] if self.system is None else [{"role": "system", "content": self.system}]
+        out.extend({"role": m.role, "content": m.content} for m in self.messages)
+        return out
+
+
+def check_metadata(value: object, path: str = "metadata") -> None:
+    """Raise `InvalidSession` unless `value` is a JSON-like dict that survives export and import exactly."""
+    if not isinstance(value, dict):
+        raise InvalidSession(f"{path} must be a dict")
+    _check_json_like(value, path)
+
+
+def _check_json_like(value: object, path: str) -> None:
+    if value is None or isinstance(value, bool | str):
+        return
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _UINT_MAX:
+            raise InvalidSession(f"{path}: int {value} does not fit 64 bits")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidSession(f"{path}: float {value!r} is not finite")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_like(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidSession(f"{path}: key {key!r} is not a str")
+            _check_json_like(item, f"{path}[{key!r}]")
+    else:
+        raise InvalidSession(
+            f"{path}: {type(value).__name__} is not JSON-like (None, bool, int, float, str, list, dict)"
+        )
+
+
+def validate(session: Session) -> Session:
+    """Re-run every check on `session`: its metadata dict may have changed in place since it was built."""
+    for message in session.messages:
+        message.__post_init__()
+    session.sampling.__post_init__()
+    session.__post_init__()
+    return session

