@@ -34,8 +34,14 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = Non
     return "\n".join([head, sep, *body])
 
 
-def emit(name: str, rows: Sequence[Mapping[str, Any]], *, params: Mapping[str, Any] | None = None,
-         columns: Sequence[str] | None = None, out: Path | None = None) -> Path:
+def emit(
+    name: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    params: Mapping[str, Any] | None = None,
+    columns: Sequence[str] | None = None,
+    out: Path | None = None,
+) -> Path:
     """Print the table and write `bench-results/NAME.json`; returns the JSON path."""
     print(f"\n== {name} ==")
     if params:

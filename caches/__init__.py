@@ -1,0 +1,15 @@
+from caches.disk_tier import DiskTier as DiskTier
+from caches.disk_tier import DiskTierStats as DiskTierStats
+from caches.hybrid_checkpoint import HybridCheckpoint as HybridCheckpoint
+from caches.hybrid_checkpoint import HybridCheckpointCache as HybridCheckpointCache
+from caches.llama_cache import BaseLlamaCache as BaseLlamaCache
+from caches.llama_cache import LlamaCache as LlamaCache
+from caches.llama_cache import LlamaDiskCache as LlamaDiskCache
+from caches.llama_cache import LlamaRAMCache as LlamaRAMCache
+from caches.llama_cache import LlamaTrieCache as LlamaTrieCache
+from caches.llama_cache import TrieNode as TrieNode
+from caches.prompt_cache import Entry as Entry
+from caches.prompt_cache import PromptCache as PromptCache
+from caches.prompt_cache import PromptCacheStats as PromptCacheStats
+from caches.prompt_cache import default_limit_bytes as default_limit_bytes
+from caches.prompt_cache import lcp as lcp

@@ -87,17 +87,22 @@ def _as_bytes(value: str | bytes) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
-def record_size(kind: int, fingerprint: str | bytes, settings: str | bytes, n_tokens: int,
-                payload_len: int) -> int:
+def record_size(kind: int, fingerprint: str | bytes, settings: str | bytes, n_tokens: int, payload_len: int) -> int:
     """The encoded size of a record, in bytes."""
     body = payload_len if kind == KIND_STATE else 0
-    return (_HEAD.size + len(_as_bytes(fingerprint)) + len(_as_bytes(settings)) + 4 * n_tokens + body
-            + _CRC.size)
+    return _HEAD.size + len(_as_bytes(fingerprint)) + len(_as_bytes(settings)) + 4 * n_tokens + body + _CRC.size
 
 
-def encode_parts(kind: int, fingerprint: str | bytes, settings: str | bytes, tokens: Sequence[int],
-                 payload: bytes | memoryview = b"", *, payload_len: int | None = None,
-                 token_bytes: bytes | None = None) -> list[bytes | memoryview]:
+def encode_parts(
+    kind: int,
+    fingerprint: str | bytes,
+    settings: str | bytes,
+    tokens: Sequence[int],
+    payload: bytes | memoryview = b"",
+    *,
+    payload_len: int | None = None,
+    token_bytes: bytes | None = None,
+) -> list[bytes | memoryview]:
     """A record as a list of buffers to write one after the other (the payload is not copied).
 
     An index record (`KIND_INDEX`) takes `payload_len` (its state's) and no payload.
@@ -118,10 +123,20 @@ def encode_parts(kind: int, fingerprint: str | bytes, settings: str | bytes, tok
     return parts
 
 
-def encode(kind: int, fingerprint: str | bytes, settings: str | bytes, tokens: Sequence[int],
-           payload: bytes | memoryview = b"", *, payload_len: int | None = None) -> bytes:
+def encode(
+    kind: int,
+    fingerprint: str | bytes,
+    settings: str | bytes,
+    tokens: Sequence[int],
+    payload: bytes | memoryview = b"",
+    *,
+    payload_len: int | None = None,
+    token_bytes: bytes | None = None,
+) -> bytes:
     """A record as one `bytes`."""
-    return b"".join(encode_parts(kind, fingerprint, settings, tokens, payload, payload_len=payload_len))
+    return b"".join(
+        encode_parts(kind, fingerprint, settings, tokens, payload, payload_len=payload_len, token_bytes=token_bytes)
+    )
 
 
 class PartsReader:
@@ -151,8 +166,15 @@ def _read_exact(f: BinaryIO, n: int) -> bytes:
     return data
 
 
-def decode(f: BinaryIO, size: int, *, kind: int, fingerprint: str | bytes, settings: str | bytes,
-           tokens: Sequence[int] | None = None) -> Record:
+def decode(
+    f: BinaryIO,
+    size: int,
+    *,
+    kind: int,
+    fingerprint: str | bytes,
+    settings: str | bytes,
+    tokens: Sequence[int] | None = None,
+) -> Record:
     """Read and check one record of `size` bytes; raise `RecordError` if this tier cannot use it.
 
     Magic and version first (they fix the layout); then the lengths in the header against `size` (a

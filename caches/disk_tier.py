@@ -89,8 +89,14 @@ class DiskTier:
     Thread-safe; writes happen in the caller's thread (the slot's worker), never in the event loop.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, fingerprint: str,
-                 settings: str | bytes = "", limit_bytes: int = 4 << 30) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fingerprint: str,
+        settings: str | bytes = "",
+        limit_bytes: int = 4 << 30,
+    ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit."""
         if limit_bytes < 0:
             raise ValueError("limit_bytes must be >= 0 (0: no limit)")
@@ -99,8 +105,7 @@ class DiskTier:
         self.settings = settings
         self.limit_bytes = limit_bytes
         self._fp = fingerprint.encode("utf-8")
-        self._cache: Any = diskcache.Cache(self.directory, eviction_policy="none", cull_limit=0,
-                                           statistics=False)
+        self._cache: Any = diskcache.Cache(self.directory, eviction_policy="none", cull_limit=0, statistics=False)
         self._lock = threading.RLock()
         self._index: dict[str, _Item] = {}
         self._puts = self._hits = self._misses = self._evictions = 0
@@ -120,35 +125,47 @@ class DiskTier:
         toks = tuple(tokens)
         if not toks:
             return False
-        parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, payload)
-        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=len(payload))
+        tb = tokens_to_bytes(toks)
+        parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, payload, token_bytes=tb)
+        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=len(payload), token_bytes=tb)
         state_len = sum(len(p) for p in parts)
         nbytes = state_len + len(index)
         if self.limit_bytes and nbytes > self.limit_bytes:
-            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes,
-                        limit_bytes=self.limit_bytes)
+            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes, limit_bytes=self.limit_bytes)
             return False
-        d = self._digest(toks)
+        d = self._digest(tb)
         t0 = time.perf_counter()
+        try:
+            self._put(d, toks, parts, index, nbytes)
+        except (OSError, diskcache.Timeout) as e:
+            log.error(
+                "disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=f"{type(e).__name__}: {e}"
+            )
+            return False
+        log.debug(
+            "disk_tier.put", key=d, n_tokens=len(toks), nbytes=nbytes, ms=round(1000 * (time.perf_counter() - t0), 2)
+        )
+        return True
+
+    def _put(self, d: str, toks: tuple[int, ...], parts: list[bytes | memoryview], index: bytes, nbytes: int) -> None:
+        """Lock and transaction taken here. Write first (a failed write deletes nothing: diskcache
+        removes a deleted value's file at once, even inside a transaction that is then rolled back)."""
         with self._lock, self._cache.transact():
             keys = self._sync()
             self._sweep_orphans(keys)
+            self._cache.set(_I + d, index)
+            self._cache.set(_U + d, f"{time.time_ns()}:{nbytes}")
+            self._cache.set(_R + d, PartsReader(parts), read=True)  # last: its file outlives a rollback
             for od, item in list(self._index.items()):
                 n = len(item.tokens)
                 if od != d and n < len(toks) and toks[:n] == item.tokens:
                     self._delete(od)
                     self._replaced += 1
                     log.debug("disk_tier.replaced", key=od, n_tokens=n)
-            self._cache.set(_R + d, PartsReader(parts), read=True)
-            self._cache.set(_I + d, index)
-            self._cache.set(_U + d, f"{time.time_ns()}:{nbytes}")
             self._index[d] = _Item(toks, nbytes)
             self._evict_over_limit(keep=d)
             self._puts += 1
             self._written += nbytes
-        log.debug("disk_tier.put", key=d, n_tokens=len(toks), nbytes=nbytes,
-                  ms=round(1000 * (time.perf_counter() - t0), 2))
-        return True
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], bytes] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
@@ -158,20 +175,21 @@ class DiskTier:
         equals, the larger kept fraction (the shorter entry). A candidate whose record fails its checks is
         removed and the next one tried.
         """
+        want = tuple(prompt)  # the index holds tuples: compare like with like
         with self._lock:
             self._sync()
             ranked: list[tuple[int, int, str, _Item]] = []
             for d, item in self._index.items():
-                n = lcp(item.tokens, prompt)
+                n = lcp(item.tokens, want)
                 if n <= better_than or _fdiv(n, len(item.tokens)) < 0.25:
                     continue
                 ranked.append((-n, len(item.tokens), d, item))
         ranked.sort(key=lambda r: r[:3])
-        for _, _, d, item in ranked:
+        for _neg, _, d, item in ranked:
             payload = self._read_state(d, item)
             if payload is not None:
                 self._touch(d)
-                log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=lcp(item.tokens, prompt))
+                log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=-_neg)
                 return list(item.tokens), payload
         with self._lock:
             self._misses += 1
@@ -179,7 +197,7 @@ class DiskTier:
 
     def remove(self, tokens: Sequence[int]) -> bool:
         """Remove the entry for exactly these tokens; True if there was one."""
-        d = self._digest(tuple(tokens))
+        d = self._digest(tokens_to_bytes(tokens))
         with self._lock, self._cache.transact():
             found = (_I + d) in self._cache
             self._delete(d)
@@ -202,9 +220,16 @@ class DiskTier:
             self._sync()
             usage = self._usage()
         return DiskTierStats(
-            entries=len(usage), bytes=sum(n for _, n in usage.values()), limit_bytes=self.limit_bytes,
-            puts=self._puts, hits=self._hits, misses=self._misses, evictions=self._evictions,
-            replaced=self._replaced, rejected=self._rejected, bytes_written=self._written,
+            entries=len(usage),
+            bytes=sum(n for _, n in usage.values()),
+            limit_bytes=self.limit_bytes,
+            puts=self._puts,
+            hits=self._hits,
+            misses=self._misses,
+            evictions=self._evictions,
+            replaced=self._replaced,
+            rejected=self._rejected,
+            bytes_written=self._written,
             bytes_read=self._read,
         )
 
@@ -219,11 +244,11 @@ class DiskTier:
 
     # -- internals (callers hold self._lock where noted) ----------------------------------------------
 
-    def _digest(self, tokens: tuple[int, ...]) -> str:
+    def _digest(self, token_bytes: bytes) -> str:
         h = hashlib.blake2b(digest_size=20)
         h.update(len(self._fp).to_bytes(4, "little"))
         h.update(self._fp)
-        h.update(tokens_to_bytes(tokens))
+        h.update(token_bytes)
         return h.hexdigest()
 
     def _keys(self) -> list[str]:
@@ -232,7 +257,7 @@ class DiskTier:
     def _sync(self) -> list[str]:
         """Lock held. Bring the in-memory index in line with the directory; return our keys."""
         keys = self._keys()
-        present = {k[len(_I):] for k in keys if k.startswith(_I)}
+        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
         for d in [d for d in self._index if d not in present]:
             del self._index[d]
         for d in sorted(present - self._index.keys()):
@@ -242,8 +267,7 @@ class DiskTier:
             try:
                 if not isinstance(raw, bytes):
                     raise RecordError("kind", f"a {type(raw).__name__} value")
-                rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp,
-                             settings=self.settings)
+                rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp, settings=self.settings)
             except RecordError as e:
                 self._reject(d, e.reason, str(e))
                 continue
@@ -253,9 +277,9 @@ class DiskTier:
 
     def _sweep_orphans(self, keys: list[str]) -> None:
         """Lock and transaction held. Remove state/usage keys whose index record is gone (a crash)."""
-        present = {k[len(_I):] for k in keys if k.startswith(_I)}
+        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
         for k in keys:
-            if not k.startswith(_I) and k[len(_R):] not in present:
+            if not k.startswith(_I) and k[len(_R) :] not in present:
                 self._cache.delete(k)
 
     def _usage(self) -> dict[str, tuple[int, int]]:
@@ -319,8 +343,7 @@ class DiskTier:
         try:
             with f:
                 size = len(handle) if isinstance(handle, bytes) else os.fstat(f.fileno()).st_size
-                rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings,
-                             tokens=item.tokens)
+                rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings, tokens=item.tokens)
         except (RecordError, OSError) as e:
             with self._lock:
                 self._reject(d, e.reason if isinstance(e, RecordError) else "unreadable", str(e))

@@ -45,10 +45,14 @@ def state_nbytes(value: object) -> int:
 def common_prefix_len(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
     """Length of the longest common prefix of two tuples (or two bytes strings).
 
-    Compares slices (C loops) and bisects on the first mismatch, instead of a Python loop per token:
-    O(K) element comparisons, O(log K) Python steps.
+    Tuples: compares slices (C loops) and bisects on the first mismatch, instead of a Python loop per
+    token: O(K) element comparisons, O(log K) Python steps. Bytes: one XOR of the two as big integers,
+    whose highest set bit is in the first differing byte.
     """
     n = min(len(a), len(b))
+    if isinstance(a, bytes) and isinstance(b, bytes):
+        diff = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
+        return n - (diff.bit_length() + 7) // 8
     if n == 0 or a[0] != b[0]:
         return 0
     if a[:n] == b[:n]:

@@ -138,8 +138,9 @@ class SavePlan:
     """Then this many of the oldest remaining entries are evicted to make room."""
 
 
-def plan_save(entries: Sequence[tuple[Sequence[int], int]], slot: Sequence[int], nbytes: int,
-              limit_bytes: int) -> SavePlan:
+def plan_save(
+    entries: Sequence[tuple[Sequence[int], int]], slot: Sequence[int], nbytes: int, limit_bytes: int
+) -> SavePlan:
     """`server_slot::prompt_save` + `server_prompt_cache::alloc`; `entries`: (tokens, nbytes), oldest first.
 
     In the C++ order: an empty slot is skipped; a slot that an entry holds whole is skipped; an entry
@@ -148,6 +149,7 @@ def plan_save(entries: Sequence[tuple[Sequence[int], int]], slot: Sequence[int],
     """
     if not slot:
         return SavePlan(False, "empty")
+    slot = tuple(slot)  # entries hold tuples: compare like with like, without a copy per entry
     n = len(slot)
     if any(lcp(tokens, slot) == n for tokens, _ in entries):
         return SavePlan(False, "held")
@@ -172,6 +174,7 @@ def pick_better(entries: Sequence[Sequence[int]], slot: Sequence[int], prompt: S
     (lcp / prompt length) are larger than the best so far, starting from the slot's own (an empty slot's
     kept fraction is -1, so any entry beats it); ties keep the earlier one.
     """
+    prompt = tuple(prompt)
     lcp_slot = lcp(slot, prompt)
     f_keep_best = _fdiv(lcp_slot, len(slot)) if slot else -1.0
     f_sim_best = _fdiv(lcp_slot, len(prompt))
@@ -289,8 +292,7 @@ class PromptCache(Generic[S]):
         if not plan.store:
             self._skipped += 1
             if plan.reason == "too_large":
-                log.warning("prompt_cache.too_large", n_tokens=len(slot), nbytes=nbytes,
-                            limit_bytes=self.limit_bytes)
+                log.warning("prompt_cache.too_large", n_tokens=len(slot), nbytes=nbytes, limit_bytes=self.limit_bytes)
             else:
                 log.debug("prompt_cache.skip", reason=plan.reason, n_tokens=len(slot))
             return False
@@ -313,13 +315,22 @@ class PromptCache(Generic[S]):
         log.debug("prompt_cache.save", n_tokens=len(slot), nbytes=nbytes, entries=len(self._entries))
         return True
 
-    def take_better(self, slot: Sequence[int], prompt: Sequence[int]) -> tuple[list[int], S] | None:
-        """Remove and return (tokens, state) of the entry that serves `prompt` better than the slot."""
+    def take_better(
+        self, slot: Sequence[int], prompt: Sequence[int], *, retain_partial: bool = False
+    ) -> tuple[list[int], S] | None:
+        """Remove and return (tokens, state) of the entry that serves `prompt` better than the slot.
+
+        With `retain_partial` (turnstile's rule, not llama-server's), an entry the prompt does not continue
+        whole stays cached: the slot will drop part of it, and the conversation it belongs to keeps its state.
+        """
         i = pick_better([e.tokens for e in self._entries], slot, prompt)
         if i is None:
             self._misses += 1
             return None
-        entry = self._entries.pop(i)
+        if retain_partial and lcp(self._entries[i].tokens, prompt) < len(self._entries[i].tokens):
+            entry = self._entries[i]
+        else:
+            entry = self._entries.pop(i)
         self._hits += 1
         log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept=lcp(entry.tokens, prompt))
         return list(entry.tokens), entry.state
@@ -336,10 +347,18 @@ class PromptCache(Generic[S]):
 
     def stats(self) -> PromptCacheStats:
         return PromptCacheStats(
-            entries=len(self._entries), bytes=self.nbytes, n_tokens=self.n_tokens,
-            limit_bytes=self.limit_bytes, limit_tokens=self.limit_tokens, saves=self._saves,
-            skipped=self._skipped, replaced=self._replaced, hits=self._hits, misses=self._misses,
-            evictions=self._evictions, evicted_bytes=self._evicted_bytes,
+            entries=len(self._entries),
+            bytes=self.nbytes,
+            n_tokens=self.n_tokens,
+            limit_bytes=self.limit_bytes,
+            limit_tokens=self.limit_tokens,
+            saves=self._saves,
+            skipped=self._skipped,
+            replaced=self._replaced,
+            hits=self._hits,
+            misses=self._misses,
+            evictions=self._evictions,
+            evicted_bytes=self._evicted_bytes,
         )
 
     def _sizes(self) -> list[tuple[int, int]]:
@@ -352,5 +371,4 @@ class PromptCache(Generic[S]):
         self._evicted.extend(gone)
         self._evictions += len(gone)
         self._evicted_bytes += sum(e.nbytes for e in gone)
-        log.debug("prompt_cache.evict", count=len(gone), nbytes=sum(e.nbytes for e in gone),
-                  entries=len(self._entries))
+        log.debug("prompt_cache.evict", count=len(gone), nbytes=sum(e.nbytes for e in gone), entries=len(self._entries))

@@ -1,0 +1,28 @@
+"""turnstile's runtime: the engine, the slot executor, the scheduler and the Runtime facade."""
+
+from runtime.api import Runtime, RuntimeStats
+from runtime.errors import (
+    ContextOverflow,
+    DecodeError,
+    ModelLoadError,
+    QueueFull,
+    RequestTimeout,
+    RuntimeClosed,
+    TurnstileError,
+)
+from runtime.reply import Reply, Timings, Usage
+
+__all__ = [
+    "ContextOverflow",
+    "DecodeError",
+    "ModelLoadError",
+    "QueueFull",
+    "Reply",
+    "RequestTimeout",
+    "Runtime",
+    "RuntimeClosed",
+    "RuntimeStats",
+    "Timings",
+    "TurnstileError",
+    "Usage",
+]

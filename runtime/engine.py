@@ -159,17 +159,39 @@ class RenderedChat:
 class Sampler:
     """A llama.cpp sampler chain in llama-server's order, built from sampling settings."""
 
-    def __init__(self, engine: Engine, *, temperature: float, top_k: int, top_p: float, min_p: float,
-                 repeat_penalty: float, presence_penalty: float, frequency_penalty: float,
-                 repeat_last_n: int, seed: int | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        min_p: float,
+        repeat_penalty: float,
+        presence_penalty: float,
+        frequency_penalty: float,
+        repeat_last_n: int,
+        seed: int | None,
+        ignore_eos: bool = False,
+    ) -> None:
         self._engine = engine
         params = llama_cpp.llama_sampler_chain_default_params()
         params.no_perf = True
         chain = llama_cpp.llama_sampler_chain_init(params)
         seed_ = _DEFAULT_SEED if seed is None else seed
         add = llama_cpp.llama_sampler_chain_add
-        add(chain, llama_cpp.llama_sampler_init_penalties(engine.n_vocab, repeat_last_n, repeat_penalty,
-                                                          frequency_penalty, presence_penalty))
+        if ignore_eos:  # as llama-server: every end-of-generation token gets a -inf logit bias
+            eog = engine.eog_tokens()
+            biases = (llama_cpp.llama_logit_bias * len(eog))(
+                *(llama_cpp.llama_logit_bias(t, float("-inf")) for t in eog)
+            )
+            add(chain, llama_cpp.llama_sampler_init_logit_bias(engine.n_vocab, len(eog), biases))
+        add(
+            chain,
+            llama_cpp.llama_sampler_init_penalties(
+                engine.n_vocab, repeat_last_n, repeat_penalty, frequency_penalty, presence_penalty
+            ),
+        )
         add(chain, llama_cpp.llama_sampler_init_top_k(top_k))
         add(chain, llama_cpp.llama_sampler_init_top_p(top_p, 0))
         add(chain, llama_cpp.llama_sampler_init_min_p(min_p, 0))
@@ -251,8 +273,16 @@ class Engine:
         self._closed = False
         self.chat_template = self.meta("tokenizer.chat_template")
         self._formatter: Any = None
-        log.info("engine.loaded", path=str(self.path), kind=str(self.kind), n_ctx=self.n_ctx,
-                 n_threads=threads, n_vocab=self.n_vocab, n_swa=self.n_swa)
+        self._eog: list[int] | None = None
+        log.info(
+            "engine.loaded",
+            path=str(self.path),
+            kind=str(self.kind),
+            n_ctx=self.n_ctx,
+            n_threads=threads,
+            n_vocab=self.n_vocab,
+            n_swa=self.n_swa,
+        )
 
     # --- what the model is -------------------------------------------------------------------------
 
@@ -297,6 +327,12 @@ class Engine:
 
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def eog_tokens(self) -> list[int]:
+        """Every end-of-generation token of the vocabulary (computed once)."""
+        if self._eog is None:
+            self._eog = [t for t in range(self.n_vocab) if self.is_eog(t)]
+        return self._eog
 
     # --- text ----------------------------------------------------------------------------------------
 
@@ -357,8 +393,7 @@ class Engine:
             while n < lim and part[n] == tokens[n]:
                 n += 1
             starts.append(n)
-        return RenderedChat(text=text, tokens=tokens, message_starts=starts,
-                            roles=[m["role"] for m in messages])
+        return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[m["role"] for m in messages])
 
     # --- evaluation ----------------------------------------------------------------------------------
 
@@ -401,12 +436,33 @@ class Engine:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
-    def sampler(self, *, temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
-                repeat_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                repeat_last_n: int = 64, seed: int | None = None) -> Sampler:
-        return Sampler(self, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                       repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
-                       frequency_penalty=frequency_penalty, repeat_last_n=repeat_last_n, seed=seed)
+    def sampler(
+        self,
+        *,
+        temperature: float = 0.8,
+        top_k: int = 40,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        repeat_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repeat_last_n: int = 64,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> Sampler:
+        return Sampler(
+            self,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            repeat_penalty=repeat_penalty,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            repeat_last_n=repeat_last_n,
+            seed=seed,
+            ignore_eos=ignore_eos,
+        )
 
     # --- state and memory ------------------------------------------------------------------------------
 

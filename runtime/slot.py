@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import structlog
@@ -39,6 +39,7 @@ log = structlog.get_logger(__name__)
 
 CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
 FinishReason = Literal["stop", "length", "cancelled"]
+CacheRules = Literal["turnstile", "llama-server"]
 
 
 @dataclass
@@ -54,6 +55,7 @@ class SlotRequest:
     cancel: Callable[[], bool] = lambda: False
     on_piece: Callable[[str], None] | None = None
     request_id: int = 0
+    session_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,23 @@ class SlotStats(msgspec.Struct, frozen=True):
 class Slot:
     """Sequence 0 of an engine's context, with its prompt cache, checkpoints and optional disk tier."""
 
-    def __init__(self, engine: Engine, *, cache_ram_bytes: int | None = None, disk: DiskTier | None = None,
-                 similarity: float = 0.1, max_checkpoints: int = N_CTX_CHECKPOINTS,
-                 checkpoint_min_step: int = CHECKPOINT_MIN_STEP) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        cache_ram_bytes: int | None = None,
+        disk: DiskTier | None = None,
+        similarity: float = 0.1,
+        max_checkpoints: int = N_CTX_CHECKPOINTS,
+        checkpoint_min_step: int = CHECKPOINT_MIN_STEP,
+        cache_rules: CacheRules = "turnstile",
+    ) -> None:
+        if cache_rules not in ("turnstile", "llama-server"):
+            raise ValueError("cache_rules must be 'turnstile' or 'llama-server'")
         self.engine = engine
+        # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
+        # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
+        self.cache_rules: CacheRules = cache_rules
         self.cache: PromptCache[SlotState] | None = (
             PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
         )
@@ -113,8 +128,18 @@ class Slot:
         self.checkpoint_min_step = checkpoint_min_step
         self.tokens: list[int] = []
         self.checkpoints: list[Checkpoint] = []
-        self._n = {"requests": 0, "prompt": 0, "cached": 0, "prefilled": 0, "generated": 0, "swaps": 0,
-                   "ram": 0, "disk": 0, "ckpt": 0}
+        self._log: Any = log
+        self._n = {
+            "requests": 0,
+            "prompt": 0,
+            "cached": 0,
+            "prefilled": 0,
+            "generated": 0,
+            "swaps": 0,
+            "ram": 0,
+            "disk": 0,
+            "ckpt": 0,
+        }
 
     # --- reading (the scheduler's affinity policy asks these between requests) ---------------------
 
@@ -129,10 +154,17 @@ class Slot:
     def stats(self) -> SlotStats:
         n = self._n
         return SlotStats(
-            requests=n["requests"], prompt_tokens=n["prompt"], cached_tokens=n["cached"],
-            prefilled_tokens=n["prefilled"], generated_tokens=n["generated"], swaps=n["swaps"],
-            ram_loads=n["ram"], disk_loads=n["disk"], checkpoint_restores=n["ckpt"],
-            checkpoints=len(self.checkpoints), slot_tokens=len(self.tokens),
+            requests=n["requests"],
+            prompt_tokens=n["prompt"],
+            cached_tokens=n["cached"],
+            prefilled_tokens=n["prefilled"],
+            generated_tokens=n["generated"],
+            swaps=n["swaps"],
+            ram_loads=n["ram"],
+            disk_loads=n["disk"],
+            checkpoint_restores=n["ckpt"],
+            checkpoints=len(self.checkpoints),
+            slot_tokens=len(self.tokens),
             ram_entries=len(self.cache) if self.cache is not None else 0,
             ram_bytes=self.cache.nbytes if self.cache is not None else 0,
         )
@@ -147,7 +179,7 @@ class Slot:
 
     def _load(self, tokens: list[int], state: SlotState) -> bool:
         if not self.engine.state_set(state.state):
-            log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
+            self._log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
             self.reset()
             return False
         self.tokens = list(tokens)
@@ -182,7 +214,7 @@ class Slot:
                 n += self._to_disk(e.tokens, e.state)
         if self.tokens:
             n += self._to_disk(self.tokens, self._snapshot())
-        log.info("cache.flush", nbytes=n)
+        log.info("cache.flush", nbytes=n)  # module logger: not a request
         return n
 
     # --- one request ------------------------------------------------------------------------------
@@ -205,14 +237,18 @@ class Slot:
         if self.cache is not None:
             if self.cache.save(self.tokens, nbytes, self._snapshot):
                 saved = nbytes
-                log.debug("cache.save", n_tokens=len(self.tokens), nbytes=nbytes)
+                self._log.debug("cache.save", n_tokens=len(self.tokens), nbytes=nbytes)
             evicted += self.cache.drain_evicted()
-        if not saved and self.tokens and self.disk is not None and (
-                self.cache is None or 0 < self.cache.limit_bytes < nbytes):
+        if (
+            not saved
+            and self.tokens
+            and self.disk is not None
+            and (self.cache is None or 0 < self.cache.limit_bytes < nbytes)
+        ):
             # too large for RAM (or no RAM cache): the disk tier keeps it
             saved = self._to_disk(self.tokens, self._snapshot())
         if self.cache is not None:
-            better = self.cache.take_better(self.tokens, prompt)
+            better = self.cache.take_better(self.tokens, prompt, retain_partial=self.cache_rules == "turnstile")
             if better is not None:
                 tokens, state = better
                 if self._load(tokens, state):
@@ -225,7 +261,7 @@ class Slot:
                 try:
                     state = SlotState.decode(data)
                 except msgspec.DecodeError:
-                    log.warning("cache.disk_state_undecodable", n_tokens=len(tokens))
+                    self._log.warning("cache.disk_state_undecodable", n_tokens=len(tokens))
                     self.disk.remove(tokens)
                 else:
                     if self._load(tokens, state):
@@ -236,7 +272,7 @@ class Slot:
         self._evict_to_disk(evicted)
         if source is not None:
             self._n["swaps"] += 1
-            log.info("cache.load", source=source, n_tokens=len(self.tokens), nbytes=restored)
+            self._log.info("cache.load", source=source, n_tokens=len(self.tokens), nbytes=restored)
         return source, saved, restored
 
     def _better_than_slot(self, tokens: Sequence[int], prompt: Sequence[int]) -> bool:
@@ -262,7 +298,7 @@ class Slot:
                     n_past = min(pos_next, cp.n_tokens)
                     restored = True
                     self._n["ckpt"] += 1
-                    log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
+                    self._log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
                 else:
                     pos_next = n_past = 0
         if self.max_checkpoints:
@@ -288,7 +324,8 @@ class Slot:
                 end += 1
                 if do_ckpt_model:
                     if end in user_starts and (
-                        end == last_user or not self.checkpoints
+                        end == last_user
+                        or not self.checkpoints
                         or end > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
                     ):
                         break
@@ -306,8 +343,9 @@ class Slot:
                 raise
             self.tokens.extend(batch)
 
-    def _maybe_checkpoint(self, req: SlotRequest, start: int, end: int, n_prompt: int,
-                          is_user_start: bool, is_last_user: bool) -> None:
+    def _maybe_checkpoint(
+        self, req: SlotRequest, start: int, end: int, n_prompt: int, is_user_start: bool, is_last_user: bool
+    ) -> None:
         eng = self.engine
         near_end = n_prompt < end + eng.n_ubatch
         if end != n_prompt and not is_user_start and not near_end:
@@ -315,15 +353,26 @@ class Slot:
         pos_min, pos_max = eng.pos_min(), eng.pos_max()
         if pos_min < 0:
             return
-        if self.checkpoints and not (is_last_user or near_end
-                                     or start > self.checkpoints[-1].n_tokens + self.checkpoint_min_step):
+        if self.checkpoints and not (
+            is_last_user or near_end or start > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
+        ):
             return
-        kept = make_room(self.checkpoints, start, req.request_id, max_checkpoints=self.max_checkpoints,
-                         min_step=self.checkpoint_min_step)
-        cp = Checkpoint(n_tokens=start, pos_min=pos_min, pos_max=pos_max,
-                        data=eng.state_get(partial=True), request_id=req.request_id)
+        kept = make_room(
+            self.checkpoints,
+            start,
+            req.request_id,
+            max_checkpoints=self.max_checkpoints,
+            min_step=self.checkpoint_min_step,
+        )
+        cp = Checkpoint(
+            n_tokens=start,
+            pos_min=pos_min,
+            pos_max=pos_max,
+            data=eng.state_get(partial=True),
+            request_id=req.request_id,
+        )
         self.checkpoints = [*kept, cp]
-        log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+        self._log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
 
     def _after_abort(self, batch: Sequence[int], start: int) -> None:
         """Make `tokens` equal to memory again after an aborted or failed decode."""
@@ -342,6 +391,7 @@ class Slot:
         prompt = list(req.prompt)
         max_tokens = req.max_tokens if req.max_tokens is not None else req.sampling.max_tokens
         self.check_fits(len(prompt), max_tokens, req.reserve)
+        self._log = log.bind(session_id=req.session_id, request_id=req.request_id)
         t0 = time.perf_counter()
         source, saved, restored = self._update_cache(prompt)
         n_past, from_ckpt = self._reuse_prefix(prompt)
@@ -352,7 +402,9 @@ class Slot:
             source = "checkpoint"
         elif source is None:
             source = "slot"
-        log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        self._log.info(
+            "cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored
+        )
         self._n["requests"] += 1
         self._n["prompt"] += len(prompt)
         self._n["cached"] += n_past
@@ -369,7 +421,7 @@ class Slot:
             finally:
                 t_prefill = time.perf_counter() - t1
                 self._n["prefilled"] += max(0, len(self.tokens) - n_past)
-            log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
+            self._log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
             eng.set_abort(None)  # single-token decodes are short: cancel between tokens
             finish, t_first = self._generate(req, max_tokens, generated, stops, t0)
         except _Cancelled:
@@ -379,22 +431,40 @@ class Slot:
         t_decode = time.perf_counter() - t1 - t_prefill
         self._n["generated"] += len(generated)
         return SlotResult(
-            text=stops.text, finish_reason=finish, tokens=generated, prompt_tokens=len(prompt),
-            cached_tokens=n_past, prefilled_tokens=len(prompt) - n_past, cache_source=source,
-            bytes_saved=saved, bytes_restored=restored, t_cache=t_cache, t_prefill=t_prefill,
-            t_decode=t_decode, t_first_token=t_first,
+            text=stops.text,
+            finish_reason=finish,
+            tokens=generated,
+            prompt_tokens=len(prompt),
+            cached_tokens=n_past,
+            prefilled_tokens=len(prompt) - n_past,
+            cache_source=source,
+            bytes_saved=saved,
+            bytes_restored=restored,
+            t_cache=t_cache,
+            t_prefill=t_prefill,
+            t_decode=t_decode,
+            t_first_token=t_first,
         )
 
-    def _generate(self, req: SlotRequest, max_tokens: int | None, generated: list[int], stops: StopMatcher,
-                  t0: float) -> tuple[FinishReason, float | None]:
+    def _generate(
+        self, req: SlotRequest, max_tokens: int | None, generated: list[int], stops: StopMatcher, t0: float
+    ) -> tuple[FinishReason, float | None]:
         eng = self.engine
         detok = IncrementalText()
         t_first: float | None = None
         s = req.sampling
-        with eng.sampler(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                         repeat_penalty=s.repeat_penalty, presence_penalty=s.presence_penalty,
-                         frequency_penalty=s.frequency_penalty, repeat_last_n=s.repeat_last_n,
-                         seed=s.seed) as sampler:
+        with eng.sampler(
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            min_p=s.min_p,
+            repeat_penalty=s.repeat_penalty,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            repeat_last_n=s.repeat_last_n,
+            seed=s.seed,
+            ignore_eos=s.ignore_eos,
+        ) as sampler:
             while True:
                 if req.cancel():
                     return "cancelled", t_first

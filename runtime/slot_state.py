@@ -49,8 +49,14 @@ N_CTX_CHECKPOINTS = 32  # llama-server --ctx-checkpoints
 CHECKPOINT_MIN_STEP = 8192  # llama-server --checkpoint-min-step
 
 
-def make_room(checkpoints: list[Checkpoint], n_tokens_new: int, request_id: int, *,
-              max_checkpoints: int = N_CTX_CHECKPOINTS, min_step: int = CHECKPOINT_MIN_STEP) -> list[Checkpoint]:
+def make_room(
+    checkpoints: list[Checkpoint],
+    n_tokens_new: int,
+    request_id: int,
+    *,
+    max_checkpoints: int = N_CTX_CHECKPOINTS,
+    min_step: int = CHECKPOINT_MIN_STEP,
+) -> list[Checkpoint]:
     """The checkpoints kept when one at `n_tokens_new` is about to be added (llama-server's create_checkpoint).
 
     When the list is full, checkpoints of earlier requests within `min_step` of the one before are

@@ -41,12 +41,13 @@ class StopMatcher:
                 self.text = self.text[:best]
                 return self._send(len(self.text))
             if not final:
-                hold = min((p for s in self.stops if (p := partial_stop_at(self.text, s)) != -1),
-                           default=len(self.text))
+                hold = min(
+                    (p for s in self.stops if (p := partial_stop_at(self.text, s)) != -1), default=len(self.text)
+                )
                 return self._send(max(hold, self.sent))
         return self._send(len(self.text))
 
     def _send(self, upto: int) -> str:
-        out = self.text[self.sent:upto]
+        out = self.text[self.sent : upto]
         self.sent = max(self.sent, upto)
         return out

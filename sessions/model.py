@@ -69,6 +69,7 @@ class Sampling(msgspec.Struct, frozen=True):
     seed: int | None = None
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # llama-server's ignore_eos: generate until max_tokens (benchmarks, tests)
 
     MAX_STOP: ClassVar[int] = 16
     _FLOATS: ClassVar[frozenset[str]] = frozenset(
@@ -138,6 +139,8 @@ def _sampling_problem(name: str, value: Any) -> str | None:
         if value is None:
             return None
         return None if _is_int(value) and value >= 1 else "must be None or an int >= 1"
+    if name == "ignore_eos":
+        return None if isinstance(value, bool) else "must be a bool"
     if name == "stop":
         if not isinstance(value, tuple):
             return "must be a tuple (or list) of strings"

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import diskcache
 import pytest
@@ -36,7 +40,7 @@ def val_files(path: Path) -> list[Path]:
     return sorted(path.rglob("*.val"))
 
 
-def rejections(logs: list[dict[str, object]]) -> list[object]:
+def rejections(logs: Sequence[Mapping[str, Any]]) -> list[object]:
     return [e["reason"] for e in logs if e["event"] == "disk_tier.rejected"]
 
 
@@ -60,7 +64,8 @@ def test_round_trip(tmp_path: Path) -> None:
         assert (s.entries, s.puts, s.hits, s.misses, s.evictions, s.rejected) == (2, 2, 6, 4, 0, 0)
         assert s.bytes == t.nbytes == s.bytes_written
         assert s.bytes_read == 5 * (len(payload(1)) + 26 + len(FP) + len(SETTINGS) + 400 + 4) + (
-            1000 + 26 + len(FP) + len(SETTINGS) + 200 + 4)
+            1000 + 26 + len(FP) + len(SETTINGS) + 200 + 4
+        )
         with pytest.raises(dataclasses.FrozenInstanceError):
             s.hits = 0  # type: ignore[misc]
         assert isinstance(s, DiskTierStats)
@@ -94,6 +99,30 @@ def test_put_replaces_same_tokens_and_drops_prefixes(tmp_path: Path) -> None:
         assert t.find(toks(100, 110)) == (toks(100, 120), payload(5, 200))
         assert t.stats().replaced == 2
         assert t.put([], b"x") is False
+
+
+def test_a_failed_write_is_logged_and_changes_nothing(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with tier(tmp_path) as t:
+        t.put(toks(0, 10), payload(1))
+        set_ = t._cache.set
+
+        def full(key: str, value: object, **kw: object) -> object:
+            if key.startswith("turnstile:r:"):
+                raise OSError(28, "No space left on device")
+            return set_(key, value, **kw)
+
+        monkeypatch.setattr(t._cache, "set", full)
+        with capture_logs() as logs:
+            assert t.put(toks(0, 20), payload(2)) is False  # would have replaced 0..10
+        assert [e["event"] for e in logs] == ["disk_tier.write_failed"]
+        monkeypatch.undo()
+        assert len(t) == 1
+        assert t.find(toks(0, 10)) == (toks(0, 10), payload(1))
+        assert t.stats().puts == 1
+    assert len(val_files(tmp_path)) == 1
 
 
 def test_a_second_tier_on_the_same_dir_finds_entries(tmp_path: Path) -> None:
@@ -134,16 +163,16 @@ def test_a_damaged_record_is_a_miss_logged_and_removed(tmp_path: Path, damage: s
         assert len(t) == 0
 
 
-@pytest.mark.parametrize(("other", "reason"), [({"fingerprint": "another-model"}, "fingerprint"),
-                                               ({"settings": "n_ctx=4096;type_k=q8_0"}, "settings")])
-def test_another_models_entry_is_a_miss_logged_and_removed(tmp_path: Path, other: dict[str, str],
-                                                          reason: str) -> None:
+@pytest.mark.parametrize(
+    ("other", "reason"),
+    [({"fingerprint": "another-model"}, "fingerprint"), ({"settings": "n_ctx=4096;type_k=q8_0"}, "settings")],
+)
+def test_another_models_entry_is_a_miss_logged_and_removed(tmp_path: Path, other: dict[str, str], reason: str) -> None:
     with tier(tmp_path) as t:
         t.put(toks(0, 50), payload(7))
-    with capture_logs() as logs:
-        with tier(tmp_path, **other) as t:
-            assert t.find(toks(0, 50)) is None
-            assert t.stats().rejected == 1
+    with capture_logs() as logs, tier(tmp_path, **other) as t:
+        assert t.find(toks(0, 50)) is None
+        assert t.stats().rejected == 1
     assert rejections(logs) == [reason]
     with tier(tmp_path) as t:  # the original model's tier no longer has it either
         assert len(t) == 0
@@ -212,8 +241,7 @@ def test_two_threads_lose_nothing(tmp_path: Path) -> None:
         except BaseException as e:  # reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=args)
-               for args in [(shared, 0), (shared, 10_000), (other, 20_000)]]
+    threads = [threading.Thread(target=work, args=args) for args in [(shared, 0), (shared, 10_000), (other, 20_000)]]
     for th in threads:
         th.start()
     for th in threads:
@@ -229,6 +257,33 @@ def test_two_threads_lose_nothing(tmp_path: Path) -> None:
     other.close()
 
 
+_WRITER = """
+import sys
+from caches.disk_tier import DiskTier
+base = int(sys.argv[2])
+with DiskTier(sys.argv[1], fingerprint=sys.argv[3], settings=sys.argv[4]) as t:
+    for i in range(15):
+        assert t.put(list(range(base + 100 * i, base + 100 * i + 20)), bytes([i]) * 40_000)
+"""
+
+
+def test_two_processes_lose_nothing(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(tmp_path), str(base), FP, SETTINGS], cwd=root, stdout=subprocess.DEVNULL
+        )
+        for base in (0, 50_000)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    with tier(tmp_path) as t:
+        assert len(t) == 30
+        for base in (0, 50_000):
+            for i in range(15):
+                tokens = toks(base + 100 * i, base + 100 * i + 20)
+                assert t.find(tokens) == (tokens, bytes([i]) * 40_000)
+
+
 def test_record_format_round_trip_and_checks() -> None:
     import io
 
@@ -241,7 +296,7 @@ def test_record_format_round_trip_and_checks() -> None:
     index = encode(KIND_INDEX, FP, SETTINGS, [1, 2], payload_len=123)
     got = decode(io.BytesIO(index), len(index), kind=KIND_INDEX, fingerprint=FP, settings=SETTINGS)
     assert (got.tokens, got.payload_len, got.payload) == ((1, 2), 123, b"")
-    cases = {
+    cases: dict[str, tuple[bytes, dict[str, object]]] = {
         "kind": (index, {}),
         "truncated": (rec[:-1], {}),
         "length": (rec + b"\0", {}),

@@ -29,8 +29,9 @@ def greedy(eng: Engine, prompt: list[int], n: int) -> list[int]:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_tiny_model_loads_with_its_kind(arch: str, tiny_models: dict[str, Path],
-                                        make_engine: Callable[..., Engine]) -> None:
+def test_tiny_model_loads_with_its_kind(
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
     eng = make_engine(tiny_models[arch])
     assert eng.kind == MemoryKind(KINDS[arch])
     assert eng.can_truncate is (arch == "llama")
@@ -40,8 +41,9 @@ def test_tiny_model_loads_with_its_kind(arch: str, tiny_models: dict[str, Path],
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_decoding_is_deterministic(arch: str, tiny_models: dict[str, Path],
-                                          make_engine: Callable[..., Engine]) -> None:
+def test_greedy_decoding_is_deterministic(
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
     eng = make_engine(tiny_models[arch])
     prompt = eng.tokenize(PROMPT)
     first = greedy(eng, prompt, 12)
@@ -51,8 +53,9 @@ def test_greedy_decoding_is_deterministic(arch: str, tiny_models: dict[str, Path
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_state_save_restore_gives_identical_logits(arch: str, tiny_models: dict[str, Path],
-                                                   make_engine: Callable[..., Engine]) -> None:
+def test_state_save_restore_gives_identical_logits(
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
     eng = make_engine(tiny_models[arch])
     a = eng.tokenize(PROMPT)
     cont = eng.tokenize("more about the moon", add_special=False)
@@ -72,7 +75,8 @@ def test_state_save_restore_gives_identical_logits(arch: str, tiny_models: dict[
 
 @pytest.mark.parametrize("arch", ["mamba", "jamba"])
 def test_recurrent_suffix_removal_refused_checkpoint_rolls_back(
-        arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]) -> None:
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
     eng = make_engine(tiny_models[arch])
     a = eng.tokenize(PROMPT)
     cont = eng.tokenize("the sun and the moon", add_special=False)
@@ -135,8 +139,12 @@ def test_context_overflow_in_decode(tiny_llama: Path, make_engine: Callable[...,
 
 def test_render_finds_message_starts(tiny_llama: Path, make_engine: Callable[..., Engine]) -> None:
     eng = make_engine(tiny_llama)
-    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"},
-            {"role": "assistant", "content": "yes"}, {"role": "user", "content": "why"}]
+    msgs = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "yes"},
+        {"role": "user", "content": "why"},
+    ]
     r = eng.render(msgs)
     assert r.text.endswith("<|im_start|>assistant\n")
     im_start = eng.tokenize("<|im_start|>", add_special=False)
@@ -151,19 +159,20 @@ def test_incremental_detokenizer_is_utf8_safe() -> None:
 
     d = IncrementalText()
     data = "héllo ✓".encode()
-    out = "".join(d.feed(data[i:i + 1]) for i in range(len(data)))
+    out = "".join(d.feed(data[i : i + 1]) for i in range(len(data)))
     assert out + d.flush() == "héllo ✓"
     d2 = IncrementalText()
     assert d2.feed("✓".encode()[:2]) == ""
     assert d2.feed("✓".encode()[2:]) == "✓"
 
 
-def test_smollm2_template_matches_llama_cpp_python(smollm2_path: Path,
-                                                   make_engine: Callable[..., Engine]) -> None:
+def test_smollm2_template_matches_llama_cpp_python(smollm2_path: Path, make_engine: Callable[..., Engine]) -> None:
     import llama_cpp
 
-    msgs = [{"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "What is the capital of France?"}]
+    msgs = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the capital of France?"},
+    ]
     eng = make_engine(smollm2_path)
     rendered = eng.render(msgs)
     ours = rendered.tokens

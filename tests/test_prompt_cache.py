@@ -307,8 +307,13 @@ def test_update_returns_what_save_evicted_first() -> None:
 # -- the whole flow -----------------------------------------------------------------------------------------
 
 
-def turn(pc: PromptCache[str], slot: list[int], state: str, prompt: list[int], nbytes: int,
-         ) -> tuple[list[int], str, list[Entry[str]], bool]:
+def turn(
+    pc: PromptCache[str],
+    slot: list[int],
+    state: str,
+    prompt: list[int],
+    nbytes: int,
+) -> tuple[list[int], str, list[Entry[str]], bool]:
     """llama-server's get_available_slot with one slot: returns the slot after the update."""
     evicted: list[Entry[str]] = []
     if not PromptCache.wants_update(slot, prompt):
@@ -342,9 +347,20 @@ def test_interleaved_conversations_find_their_prefix_again() -> None:
     assert loads == [False] * 3 + [True] * 6
     assert len(pc) == 2
     s = pc.stats()
-    assert s == PromptCacheStats(entries=2, bytes=700, n_tokens=70, limit_bytes=0, limit_tokens=4096,
-                                 saves=8, skipped=1, replaced=0, hits=6, misses=3, evictions=0,
-                                 evicted_bytes=0)
+    assert s == PromptCacheStats(
+        entries=2,
+        bytes=700,
+        n_tokens=70,
+        limit_bytes=0,
+        limit_tokens=4096,
+        saves=8,
+        skipped=1,
+        replaced=0,
+        hits=6,
+        misses=3,
+        evictions=0,
+        evicted_bytes=0,
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.hits = 0  # type: ignore[misc]
 

@@ -129,6 +129,7 @@ def test_export_shape() -> None:
             "seed": 3,
             "max_tokens": None,
             "stop": ["END"],
+            "ignore_eos": False,
         },
         "metadata": {"owner": "planner", "tags": ["x"], "nested": {"n": 1}},
         "created": 1.0,

@@ -27,6 +27,8 @@ NAN, INF = float("nan"), float("inf")
 
 # (field, value) pairs that Sampling must refuse, naming `field`.
 BAD_SAMPLING: list[tuple[str, Any]] = [
+    ("ignore_eos", 1),
+    ("ignore_eos", "yes"),
     ("temperature", -0.1),
     ("temperature", NAN),
     ("temperature", INF),
@@ -97,6 +99,7 @@ def test_sampling_defaults_are_llama_servers() -> None:
         "seed": None,
         "max_tokens": None,
         "stop": (),
+        "ignore_eos": False,
     }
 
 

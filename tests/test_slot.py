@@ -31,8 +31,7 @@ class Chat:
     def request(self, eng: Engine, user: str, **kw: object) -> SlotRequest:
         msgs = [{"role": "system", "content": self.system}, *self.messages, {"role": "user", "content": user}]
         r = eng.render(msgs)
-        return SlotRequest(prompt=r.tokens, sampling=GREEDY, max_tokens=N_GEN, user_starts=r.user_starts,
-                           **kw)  # type: ignore[arg-type]
+        return SlotRequest(prompt=r.tokens, sampling=GREEDY, max_tokens=N_GEN, user_starts=r.user_starts, **kw)  # type: ignore[arg-type]
 
     def commit(self, user: str, res: SlotResult) -> None:
         self.messages += [{"role": "user", "content": user}, {"role": "assistant", "content": res.text}]
@@ -73,7 +72,8 @@ def engines(tiny_models: dict[str, Path]) -> Iterator[Callable[[str], Engine]]:
 
 @pytest.mark.parametrize("arch", ["llama", "mamba", "jamba", "gemma3"])
 def test_round_robin_through_small_cache_and_disk_equals_fresh(
-        arch: str, engines: Callable[[str], Engine], tmp_path: Path) -> None:
+    arch: str, engines: Callable[[str], Engine], tmp_path: Path
+) -> None:
     n_conv, n_turn = 4, 5
     fresh = play_fresh(engines(arch), n_conv, n_turn)
     eng = engines(arch)

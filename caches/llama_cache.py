@@ -1,0 +1,274 @@
+"""The llama_cache API (`llama_cpp.llama_cache` of a newer llama-cpp-python), on top of 0.3.36.
+
+State caches map token sequences to `llama_cpp.llama.LlamaState`s and work as `Llama.set_cache(...)`
+caches: a completion whose prompt shares a prefix with a cached state loads it instead of recomputing.
+
+- `LlamaRAMCache`: in memory, LRU by bytes; lookup picks the cached key with the longest non-empty
+  common prefix with the query, even if that key then diverges from it (a linear scan).
+- `LlamaTrieCache` (alias `LlamaCache`): in memory, LRU by bytes; lookup picks the longest cached key
+  that is wholly a prefix of the query, in O(len(query)) through a token trie.
+- `LlamaDiskCache` (`caches.llama_cache_disk`): a diskcache directory, RAM-cache lookup semantics,
+  states stored as explicit bytes (no pickles).
+- `HybridCheckpoint`, `HybridCheckpointCache` (`caches.hybrid_checkpoint`): partial-state checkpoints
+  for recurrent, hybrid and sliding-window models.
+
+All return the stored state as it is (no truncation to the matched prefix). Sizes are
+`value.nbytes` when present, else `value.llama_state_size`; a replaced key's old size is subtracted.
+An entry larger than `capacity_bytes` is stored and immediately evicted (with everything else).
+Nothing prints: every decision is a structlog event (`llama_cache.*`), at debug level, or at info
+level for a cache made with `verbose=True`. The caches are not thread-safe: one caller at a time.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from caches.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
+from caches.llama_cache_base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
+from caches.llama_cache_disk import LlamaDiskCache
+
+if TYPE_CHECKING:
+    from llama_cpp.llama import LlamaState
+
+__all__ = [
+    "BaseLlamaCache",
+    "HybridCheckpoint",
+    "HybridCheckpointCache",
+    "LlamaCache",
+    "LlamaDiskCache",
+    "LlamaRAMCache",
+    "LlamaTrieCache",
+    "TrieNode",
+]
+
+log = structlog.get_logger(__name__)
+
+
+def _event(verbose: bool, event: str, **kw: Any) -> None:
+    (log.info if verbose else log.debug)(event, **kw)
+
+
+class LlamaRAMCache(BaseLlamaCache):
+    """In-memory LRU cache of `LlamaState`s; lookup by longest non-empty common prefix (linear scan)."""
+
+    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, verbose: bool = False) -> None:
+        super().__init__(capacity_bytes)
+        self.cache_state: OrderedDict[tuple[int, ...], LlamaState] = OrderedDict()
+        self._sizes: dict[tuple[int, ...], int] = {}
+        self._current_size = 0
+        self.verbose = verbose
+
+    @property
+    def cache_size(self) -> int:
+        return self._current_size
+
+    def __len__(self) -> int:
+        return len(self.cache_state)
+
+    def __bool__(self) -> bool:
+        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
+        return True
+
+    def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
+        best_len, best_key = 0, None
+        for k in self.cache_state:
+            n = common_prefix_len(k, key)
+            if n > best_len:
+                best_len, best_key = n, k
+                if n == len(key):  # nothing can share more
+                    break
+        return best_key
+
+    def __getitem__(self, key: Sequence[int]) -> LlamaState:
+        if not self.cache_state:
+            raise KeyError("Cache is empty")
+        query = tuple(key)
+        found = self._find_longest_prefix_key(query)
+        if found is None:
+            _event(self.verbose, "llama_cache.miss", cache="ram", query_len=len(query))
+            raise KeyError("Key not found")
+        self.cache_state.move_to_end(found)
+        _event(
+            self.verbose,
+            "llama_cache.hit",
+            cache="ram",
+            query_len=len(query),
+            key_len=len(found),
+            matched=common_prefix_len(found, query),
+        )
+        return self.cache_state[found]
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return bool(self.cache_state) and self._find_longest_prefix_key(tuple(key)) is not None
+
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
+        k = tuple(key)
+        size = state_nbytes(value)
+        old = self._sizes.pop(k, None)
+        if old is not None:
+            del self.cache_state[k]
+            self._current_size -= old
+        self.cache_state[k] = value
+        self._sizes[k] = size
+        self._current_size += size
+        _event(
+            self.verbose,
+            "llama_cache.save",
+            cache="ram",
+            key_len=len(k),
+            nbytes=size,
+            replaced=old is not None,
+            cache_size=self._current_size,
+        )
+        while self._current_size > self.capacity_bytes and self.cache_state:
+            evicted, _ = self.cache_state.popitem(last=False)
+            freed = self._sizes.pop(evicted)
+            self._current_size -= freed
+            _event(
+                self.verbose,
+                "llama_cache.evict",
+                cache="ram",
+                key_len=len(evicted),
+                nbytes=freed,
+                cache_size=self._current_size,
+            )
+        if not self.cache_state:
+            self._current_size = 0
+
+
+class TrieNode:
+    """One position in `LlamaTrieCache`'s token trie (internal)."""
+
+    __slots__ = ("children", "state", "state_size")
+
+    def __init__(self) -> None:
+        self.children: dict[int, TrieNode] = {}
+        self.state: LlamaState | None = None
+        self.state_size = 0
+        """The bytes `state` was counted for when it was stored."""
+
+
+class LlamaTrieCache(BaseLlamaCache):
+    """In-memory LRU cache of `LlamaState`s; lookup by the longest cached key that is a prefix of the query.
+
+    A token trie gives O(K) lookup (K: query length) whatever the number of entries; an `OrderedDict`
+    of keys gives O(1) LRU tracking.
+    """
+
+    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, verbose: bool = False) -> None:
+        super().__init__(capacity_bytes)
+        self.root = TrieNode()
+        self._current_size = 0
+        self.lru_tracker: OrderedDict[tuple[int, ...], TrieNode] = OrderedDict()
+        self.verbose = verbose
+
+    @property
+    def cache_size(self) -> int:
+        return self._current_size
+
+    def __len__(self) -> int:
+        return len(self.lru_tracker)
+
+    def __bool__(self) -> bool:
+        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
+        return True
+
+    def _find_longest_prefix_node(self, key: tuple[int, ...]) -> tuple[TrieNode | None, tuple[int, ...] | None]:
+        node = self.root
+        best: TrieNode | None = node if node.state is not None else None
+        best_depth = 0
+        for depth, tok in enumerate(key, 1):
+            child = node.children.get(tok)
+            if child is None:
+                break
+            node = child
+            if node.state is not None:
+                best, best_depth = node, depth
+        if best is None:
+            return None, None
+        return best, key[:best_depth]
+
+    def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
+        return self._find_longest_prefix_node(key)[1]
+
+    def __getitem__(self, key: Sequence[int]) -> LlamaState:
+        query = tuple(key)
+        node, found = self._find_longest_prefix_node(query)
+        if node is None or found is None or node.state is None:
+            _event(self.verbose, "llama_cache.miss", cache="trie", query_len=len(query))
+            raise KeyError("Key not found")
+        self.lru_tracker.move_to_end(found)
+        _event(self.verbose, "llama_cache.hit", cache="trie", query_len=len(query), key_len=len(found))
+        return node.state
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return self._find_longest_prefix_node(tuple(key))[0] is not None
+
+    def _prune(self, key: tuple[int, ...]) -> None:
+        """Remove `key`'s state from the trie, then the nodes left with neither state nor children."""
+        node = self.root
+        path: list[tuple[TrieNode, int]] = []
+        for tok in key:
+            child = node.children.get(tok)
+            if child is None:
+                return
+            path.append((node, tok))
+            node = child
+        if node.state is None:
+            return
+        self._current_size -= node.state_size
+        node.state, node.state_size = None, 0
+        self.lru_tracker.pop(key, None)
+        for parent, tok in reversed(path):
+            child = parent.children[tok]
+            if child.children or child.state is not None:
+                break
+            del parent.children[tok]
+
+    def __setitem__(self, key: Sequence[int], value: LlamaState) -> None:
+        k = tuple(key)
+        size = state_nbytes(value)
+        node = self.root
+        for tok in k:
+            child = node.children.get(tok)
+            if child is None:
+                child = node.children[tok] = TrieNode()
+            node = child
+        replaced = node.state is not None
+        if replaced:
+            self._current_size -= node.state_size
+        node.state, node.state_size = value, size
+        self._current_size += size
+        self.lru_tracker[k] = node
+        self.lru_tracker.move_to_end(k)
+        _event(
+            self.verbose,
+            "llama_cache.save",
+            cache="trie",
+            key_len=len(k),
+            nbytes=size,
+            replaced=replaced,
+            cache_size=self._current_size,
+        )
+        while self._current_size > self.capacity_bytes and self.lru_tracker:
+            evicted, old = self.lru_tracker.popitem(last=False)
+            freed = old.state_size
+            self._prune(evicted)
+            _event(
+                self.verbose,
+                "llama_cache.evict",
+                cache="trie",
+                key_len=len(evicted),
+                nbytes=freed,
+                cache_size=self._current_size,
+            )
+        if not self.lru_tracker:
+            self._current_size = 0
+
+
+LlamaCache = LlamaTrieCache
+"""Backward-compatible alias: `LlamaCache` is the trie cache."""

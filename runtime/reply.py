@@ -1,0 +1,43 @@
+"""What a turn returns: the reply text, why it ended, token usage, timings and where its state came from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+FinishReason = Literal["stop", "length", "cancelled"]
+CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """Token counts; `cached_tokens` and `prefilled_tokens` are llama-server's `cache_n` and `prompt_n`."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    prefilled_tokens: int
+    generated_tokens: int  # an end-of-generation token included, as llama-server counts
+
+
+class Timings(msgspec.Struct, frozen=True):
+    """Seconds spent waiting in the queue, on cache work, in prefill and in decode."""
+
+    queued: float
+    cache: float
+    prefill: float
+    decode: float
+    first_token: float | None  # from the start of the run to the first generated token
+    total: float  # from the request to its reply
+
+
+class Reply(msgspec.Struct, frozen=True):
+    """One assistant turn."""
+
+    session_id: str
+    request_id: int
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    cache_source: CacheSource
+    timings: Timings
+    revision: int  # the session's revision after this turn was committed (unchanged if cancelled)

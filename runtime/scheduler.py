@@ -1,0 +1,224 @@
+"""The scheduler: one queue, one worker task, one request at a time, per-session order kept.
+
+Requests of one session run in the order they were made, one at a time; among sessions the policy
+chooses (`fifo` or `affinity`). The worker awaits each job's `execute`, which runs slot work in the one
+worker thread; a job is never abandoned: cancelling a caller marks its job cancelled and, if it is
+running, waits (shielded) until the slot has stopped at the next token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
+from runtime.policy import Candidate, Policy, make_policy
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(eq=False)
+class Job:
+    """One queued request. `cancelled` is read by the worker thread between tokens."""
+
+    id: int
+    session_id: str
+    arrival: int
+    kind: str
+    execute: Callable[[Job], Awaitable[Any]]
+    submitted: float = field(default_factory=time.perf_counter)
+    skips: int = 0
+    cancelled: bool = False
+    started: float | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+    watchers: list[Callable[[], None]] = field(default_factory=list)  # called on the loop when done
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def finish(self) -> None:
+        self.done.set()
+        for watch in self.watchers:
+            watch()
+
+
+class SchedulerStats(msgspec.Struct, frozen=True):
+    """Queue depth and request counters."""
+
+    queued: int
+    running: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    timed_out: int
+    rejected: int
+    policy: str
+    max_skips: int  # the most times one request was passed over by a later one
+
+
+class Scheduler:
+    """Queue + policy + the worker loop. Runs `job.execute(job)` for one job at a time."""
+
+    def __init__(
+        self, *, policy: str | Policy = "fifo", max_queued: int = 1024, affinity: Callable[[str], int] = lambda _sid: 0
+    ) -> None:
+        if max_queued < 1:
+            raise ValueError("max_queued must be at least 1")
+        self.policy = make_policy(policy)
+        self.max_queued = max_queued
+        self._affinity = affinity
+        self._queue: list[Job] = []
+        self._running: Job | None = None
+        self._ids = itertools.count(1)
+        self._wake = anyio.Event()
+        self._closing = False
+        self._stopped = anyio.Event()
+        self._max_skips = 0
+        self._n = dict.fromkeys(("submitted", "completed", "failed", "cancelled", "timed_out", "rejected"), 0)
+
+    # --- callers ------------------------------------------------------------------------------------
+
+    def submit(self, session_id: str, execute: Callable[[Job], Awaitable[Any]], kind: str = "chat") -> Job:
+        """Queue a job; raises QueueFull or RuntimeClosed at once."""
+        if self._closing:
+            raise RuntimeClosed("the runtime is closed")
+        if len(self._queue) >= self.max_queued:
+            self._n["rejected"] += 1
+            raise QueueFull(f"{len(self._queue)} requests are already queued (max_queued={self.max_queued})")
+        n = next(self._ids)
+        job = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
+        self._queue.append(job)
+        self._n["submitted"] += 1
+        log.info("request.queued", request_id=job.id, session_id=session_id, kind=kind, depth=len(self._queue))
+        self._wake.set()
+        return job
+
+    async def wait(self, job: Job, timeout: float | None = None) -> Any:
+        """Wait for a job's result; a timeout or the caller's cancellation withdraws the job."""
+        try:
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                await job.done.wait()
+        except TimeoutError:
+            await self._withdraw(job, "timeout")
+            self._n["timed_out"] += 1
+            raise RequestTimeout(
+                f"request {job.id} for session {job.session_id!r} did not finish within {timeout} s"
+            ) from None
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._withdraw(job, "cancelled")
+            raise
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    async def _withdraw(self, job: Job, why: str) -> None:
+        if job.done.is_set():
+            return
+        job.cancelled = True
+        if job in self._queue:
+            self._queue.remove(job)
+            self._n["cancelled"] += 1
+            job.finish()
+            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
+            return
+        # running: the slot stops at the next token or batch; wait until the turn is undone
+        await job.done.wait()
+        log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="running", why=why)
+
+    # --- the worker ---------------------------------------------------------------------------------
+
+    def _candidates(self) -> list[Job]:
+        heads: dict[str, Job] = {}
+        for job in self._queue:
+            heads.setdefault(job.session_id, job)
+        return list(heads.values())
+
+    def _pick(self) -> Job:
+        heads = self._candidates()
+        cands = [Candidate(j.id, j.session_id, j.arrival, j.skips) for j in heads]
+        chosen = self.policy.pick(cands, lambda c: self._affinity(c.session_id))
+        job = next(j for j in heads if j.id == chosen.request_id)
+        for j in heads:
+            if j is not job and j.arrival < job.arrival:
+                j.skips += 1
+                self._max_skips = max(self._max_skips, j.skips)
+        return job
+
+    async def run(self) -> None:
+        """The worker loop; returns after `close()` once the running job is done."""
+        try:
+            while True:
+                if not self._queue:
+                    if self._closing:
+                        return
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                job = self._pick()
+                self._queue.remove(job)
+                self._running = job
+                job.started = time.perf_counter()
+                try:
+                    job.result = await job.execute(job)
+                    self._n["cancelled" if job.cancelled else "completed"] += 1
+                except Exception as e:  # delivered to the caller
+                    job.error = e
+                    self._n["failed"] += 1
+                    log.warning(
+                        "request.failed",
+                        request_id=job.id,
+                        session_id=job.session_id,
+                        error=type(e).__name__,
+                        message=str(e),
+                    )
+                finally:
+                    self._running = None
+                    job.finish()
+        finally:
+            self._stopped.set()
+
+    async def close(self) -> None:
+        """Refuse new jobs, fail queued ones with RuntimeClosed, let the running one finish."""
+        self._closing = True
+        for job in self._queue:
+            job.error = RuntimeClosed("the runtime closed before this request ran")
+            job.finish()
+        self._queue.clear()
+        self._wake.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    @property
+    def running(self) -> Job | None:
+        return self._running
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def stats(self) -> SchedulerStats:
+        n = self._n
+        return SchedulerStats(
+            queued=len(self._queue),
+            running=int(self._running is not None),
+            submitted=n["submitted"],
+            completed=n["completed"],
+            failed=n["failed"],
+            cancelled=n["cancelled"],
+            timed_out=n["timed_out"],
+            rejected=n["rejected"],
+            policy=self.policy.name,
+            max_skips=self._max_skips,
+        )
