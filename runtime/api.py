@@ -138,15 +138,31 @@ class Runtime:
         except BaseException:
             engine.close()
             raise
-        rt = cls(engine, store, slot, disk, policy=policy, max_queued=max_queued)
         log.info(
             "runtime.open",
             model=str(path),
             data_dir=str(data_dir) if data_dir else None,
             n_ctx=engine.n_ctx,
             ram_limit=ram,
-            policy=rt.scheduler.policy.name,
+            policy=policy,
         )
+        async with cls.serve(engine, store, slot, disk, policy=policy, max_queued=max_queued) as rt:
+            yield rt
+
+    @classmethod
+    @asynccontextmanager
+    async def serve(
+        cls,
+        engine: Engine,
+        store: SessionStore,
+        slot: Slot,
+        disk: DiskTier | None = None,
+        *,
+        policy: str = "fifo",
+        max_queued: int = 1024,
+    ) -> AsyncIterator[Runtime]:
+        """Run a runtime over parts that are already built (tests and benchmarks pass stand-ins); closes them."""
+        rt = cls(engine, store, slot, disk, policy=policy, max_queued=max_queued)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:

@@ -20,7 +20,7 @@ import msgspec
 import structlog
 
 from caches.disk_tier import DiskTier
-from caches.prompt_cache import PromptCache, lcp
+from caches.prompt_cache import Entry, PromptCache, lcp, pick_better
 from runtime.detok import IncrementalText
 from runtime.engine import Engine
 from runtime.errors import ContextOverflow, DecodeError
@@ -198,20 +198,14 @@ class Slot:
         data = state.encode()
         return len(data) if self.disk.put(tokens, data) else 0
 
-    def _evict_to_disk(self, evicted: Sequence[object]) -> int:
-        n = 0
-        for e in evicted:
-            n += self._to_disk(e.tokens, e.state)  # type: ignore[attr-defined]
-        return n
+    def _entries_to_disk(self, entries: Sequence[Entry[SlotState]]) -> int:
+        return sum(self._to_disk(e.tokens, e.state) for e in entries)
 
     def flush(self) -> int:
         """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
         if self.disk is None:
             return 0
-        n = 0
-        if self.cache is not None:
-            for e in list(self.cache.entries):
-                n += self._to_disk(e.tokens, e.state)
+        n = self._entries_to_disk(list(self.cache.entries)) if self.cache is not None else 0
         if self.tokens:
             n += self._to_disk(self.tokens, self._snapshot())
         log.info("cache.flush", nbytes=n)  # module logger: not a request
@@ -232,7 +226,7 @@ class Slot:
             return None, 0, 0
         saved = restored = 0
         source: CacheSource | None = None
-        evicted: list[object] = []
+        evicted: list[Entry[SlotState]] = []
         nbytes = self._state_nbytes() if self.tokens else 0
         if self.cache is not None:
             if self.cache.save(self.tokens, nbytes, self._snapshot):
@@ -269,7 +263,7 @@ class Slot:
                         self._n["disk"] += 1
         if self.cache is not None:
             evicted += self.cache.update()
-        self._evict_to_disk(evicted)
+        self._entries_to_disk(evicted)
         if source is not None:
             self._n["swaps"] += 1
             self._log.info("cache.load", source=source, n_tokens=len(self.tokens), nbytes=restored)
@@ -277,10 +271,7 @@ class Slot:
 
     def _better_than_slot(self, tokens: Sequence[int], prompt: Sequence[int]) -> bool:
         """llama-server's load rule against the slot: both a larger kept fraction and a larger similarity."""
-        keep_slot = lcp(self.tokens, prompt) / len(self.tokens) if self.tokens else -1.0
-        sim_slot = lcp(self.tokens, prompt) / len(prompt)
-        n = lcp(tokens, prompt)
-        return n / len(tokens) >= 0.25 and n / len(tokens) > keep_slot and n / len(prompt) > sim_slot
+        return pick_better([tokens], self.tokens, prompt) == 0
 
     def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
         """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""

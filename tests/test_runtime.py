@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +81,21 @@ async def test_random_cancellations_leave_no_trace(tiny_llama: Path) -> None:
                 return
             outcome[s] = [(await rt.chat(sid, user_msg(s, t), **GEN)).text for t in range(n_t)]
 
-        async with anyio.create_task_group() as tg:
-            for s in range(n_s):
-                tg.start_soon(session, s)
+        async def stream_then_leave() -> None:
+            # a running turn abandoned after its first piece: stopped at the next token, no trace
+            async with aclosing(rt.stream("z", "a long one", max_tokens=500, temperature=0.0, ignore_eos=True)) as it:
+                async for _piece in it:
+                    break
+
+        with structlog.testing.capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stream_then_leave)
+                for s in range(n_s):
+                    tg.start_soon(session, s)
+        assert (await rt.get_session("z")).messages == ()
         assert len(cancelled) >= 5
+        where = {e["where"] for e in logs if e["event"] == "request.cancelled"}
+        assert where == {"queued", "running"}  # both kinds of cancellation happened
         for s in range(n_s):
             stored = await rt.get_session(f"s{s}")
             if s in cancelled:
@@ -94,7 +106,7 @@ async def test_random_cancellations_leave_no_trace(tiny_llama: Path) -> None:
             else:
                 assert outcome[s] == expected[f"s{s}"]
         st = rt.stats().scheduler
-        assert st.cancelled == len(cancelled)
+        assert st.cancelled == len(cancelled) + 1  # and the abandoned stream
         # the slot is consistent: a cancelled session now gets exactly its alone replies
         for s in sorted(cancelled)[:3]:
             assert [(await rt.chat(f"s{s}", user_msg(s, t), **GEN)).text for t in range(n_t)] == expected[f"s{s}"]
