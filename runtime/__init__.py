@@ -10,6 +10,7 @@ from runtime.errors import (
     RuntimeClosed,
     TurnstileError,
 )
+from runtime.logs import configure_logging
 from runtime.reply import Reply, Timings, Usage
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "Timings",
     "TurnstileError",
     "Usage",
+    "configure_logging",
 ]

@@ -12,7 +12,7 @@ import anyio
 import pytest
 import structlog
 
-from runtime import QueueFull, Reply, RequestTimeout, Runtime, RuntimeClosed
+from runtime import ContextOverflow, QueueFull, Reply, RequestTimeout, Runtime, RuntimeClosed
 from sessions import InvalidSampling, InvalidSessionId, SessionNotFound
 
 OPTS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1, "cache_ram_mib": 256}
@@ -165,6 +165,14 @@ async def test_bad_input_is_refused_before_queueing(tiny_llama: Path) -> None:
             await rt.regenerate("nobody")
         assert rt.stats().scheduler.submitted == 1  # only the regenerate reached the queue
         assert await rt.list_sessions() == []
+        # a prompt longer than the context: typed error, the session and the slot unchanged
+        ok = await rt.chat("ok", "hi", **GEN)
+        slot_tokens = list(rt.slot.tokens)
+        with pytest.raises(ContextOverflow):
+            await rt.chat("ok", "the sea " * 3000, **GEN)
+        assert [m.content for m in (await rt.get_session("ok")).messages] == ["hi", ok.text]
+        assert rt.slot.tokens == slot_tokens
+        assert (await rt.chat("ok", "again", **GEN)).usage.cached_tokens > 0
 
 
 async def test_event_loop_keeps_ticking_during_generation(tiny_llama: Path) -> None:
