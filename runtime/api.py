@@ -243,10 +243,8 @@ class Runtime:
         return await self._op(session_id, lambda: self.store.export(session_id))
 
     async def import_(self, data: str, *, new_id: str | None = None, overwrite: bool = False) -> Session:
-        sid = new_id or msgspec.json.decode(data).get("id", "")
-        return await self._op(
-            check_session_id(sid), lambda: self.store.import_(data, new_id=new_id, overwrite=overwrite)
-        )
+        sid = history.import_(data, new_id=new_id).id  # parse and validate before queueing (typed errors)
+        return await self._op(sid, lambda: self.store.import_(data, new_id=new_id, overwrite=overwrite))
 
     async def _op(self, session_id: str, fn: Callable[[], T]) -> T:
         """A store operation, queued behind the session's running and waiting turns."""
