@@ -189,7 +189,11 @@ class Sampler:
         add(
             chain,
             llama_cpp.llama_sampler_init_penalties(
-                engine.n_vocab, repeat_last_n, repeat_penalty, frequency_penalty, presence_penalty
+                engine.n_vocab,
+                engine.n_ctx if repeat_last_n < 0 else repeat_last_n,  # -1: the whole context, as llama-server
+                repeat_penalty,
+                frequency_penalty,
+                presence_penalty,
             ),
         )
         add(chain, llama_cpp.llama_sampler_init_top_k(top_k))

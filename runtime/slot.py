@@ -456,6 +456,13 @@ class Slot:
             seed=s.seed,
             ignore_eos=s.ignore_eos,
         ) as sampler:
+            if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+                # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
+                window = (
+                    self.tokens if s.repeat_last_n < 0 else self.tokens[-s.repeat_last_n :] if s.repeat_last_n else []
+                )
+                for t in window:
+                    sampler.accept(t)
             while True:
                 if req.cancel():
                     return "cancelled", t_first

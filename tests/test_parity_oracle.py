@@ -280,3 +280,32 @@ def test_interleaved_conversations_match_llama_server(binary: str, smollm2_path:
     print(table)  # shown with -s, or in the captured output of a failure
     if bad:
         pytest.fail(f"{bad} of {len(srv)} turns differ from llama-server (server/turnstile):\n{table}", pytrace=False)
+
+
+def test_penalties_and_stop_strings_match_llama_server(binary: str, smollm2_path: Path) -> None:
+    """llama-server feeds the prompt to the sampler before generating; penalties must see it too."""
+    sampling = {"temperature": 0.0, "repeat_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.3}
+    chats = [
+        [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "The sea, the sea, the sea."}],
+        [{"role": "system", "content": "You are a historian."}, {"role": "user", "content": "List Roman emperors."}],
+    ]
+    eng = Engine(smollm2_path, EngineConfig(n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=THREADS))
+    try:
+        slot = Slot(eng, cache_ram_bytes=8192 << 20, cache_rules="llama-server")
+        with LlamaServer(binary, smollm2_path, n_ctx=N_CTX, threads=THREADS, cache_ram_mib=8192) as srv:
+            for msgs in chats:
+                for stop in ((), (".",)):
+                    want = srv.chat(msgs, max_tokens=MAX_TOKENS, seed=SEED, stop=list(stop), **sampling)
+                    r = eng.render(msgs)
+                    got = slot.run(
+                        SlotRequest(
+                            prompt=r.tokens,
+                            sampling=Sampling(seed=SEED, **sampling),  # type: ignore[arg-type]
+                            max_tokens=MAX_TOKENS,
+                            stop=stop,
+                            user_starts=r.user_starts,
+                        )
+                    )
+                    assert (got.text, got.cached_tokens) == (want.text, want.cache_n)
+    finally:
+        eng.close()

