@@ -23,6 +23,7 @@ import numpy as np
 import structlog
 
 from runtime.errors import ContextOverflow, DecodeError, ModelLoadError
+from sessions import Sampling
 
 log = structlog.get_logger(__name__)
 
@@ -159,28 +160,14 @@ class RenderedChat:
 class Sampler:
     """A llama.cpp sampler chain in llama-server's order, built from sampling settings."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        min_p: float,
-        repeat_penalty: float,
-        presence_penalty: float,
-        frequency_penalty: float,
-        repeat_last_n: int,
-        seed: int | None,
-        ignore_eos: bool = False,
-    ) -> None:
+    def __init__(self, engine: Engine, sampling: Sampling) -> None:
         self._engine = engine
         params = llama_cpp.llama_sampler_chain_default_params()
         params.no_perf = True
         chain = llama_cpp.llama_sampler_chain_init(params)
-        seed_ = _DEFAULT_SEED if seed is None else seed
+        sp = sampling
         add = llama_cpp.llama_sampler_chain_add
-        if ignore_eos:  # as llama-server: every end-of-generation token gets a -inf logit bias
+        if sp.ignore_eos:  # as llama-server: every end-of-generation token gets a -inf logit bias
             eog = engine.eog_tokens()
             biases = (llama_cpp.llama_logit_bias * len(eog))(
                 *(llama_cpp.llama_logit_bias(t, float("-inf")) for t in eog)
@@ -190,17 +177,17 @@ class Sampler:
             chain,
             llama_cpp.llama_sampler_init_penalties(
                 engine.n_vocab,
-                engine.n_ctx if repeat_last_n < 0 else repeat_last_n,  # -1: the whole context, as llama-server
-                repeat_penalty,
-                frequency_penalty,
-                presence_penalty,
+                engine.n_ctx if sp.repeat_last_n < 0 else sp.repeat_last_n,  # -1: the whole context
+                sp.repeat_penalty,
+                sp.frequency_penalty,
+                sp.presence_penalty,
             ),
         )
-        add(chain, llama_cpp.llama_sampler_init_top_k(top_k))
-        add(chain, llama_cpp.llama_sampler_init_top_p(top_p, 0))
-        add(chain, llama_cpp.llama_sampler_init_min_p(min_p, 0))
-        add(chain, llama_cpp.llama_sampler_init_temp_ext(temperature, 0.0, 1.0))
-        add(chain, llama_cpp.llama_sampler_init_dist(seed_))
+        add(chain, llama_cpp.llama_sampler_init_top_k(sp.top_k))
+        add(chain, llama_cpp.llama_sampler_init_top_p(sp.top_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_min_p(sp.min_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_temp_ext(sp.temperature, 0.0, 1.0))
+        add(chain, llama_cpp.llama_sampler_init_dist(_DEFAULT_SEED if sp.seed is None else sp.seed))
         self._chain: Any = chain
 
     def sample(self) -> int:
@@ -440,33 +427,9 @@ class Engine:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
-    def sampler(
-        self,
-        *,
-        temperature: float = 0.8,
-        top_k: int = 40,
-        top_p: float = 0.95,
-        min_p: float = 0.05,
-        repeat_penalty: float = 1.0,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        repeat_last_n: int = 64,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-    ) -> Sampler:
-        return Sampler(
-            self,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            repeat_penalty=repeat_penalty,
-            presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty,
-            repeat_last_n=repeat_last_n,
-            seed=seed,
-            ignore_eos=ignore_eos,
-        )
+    def sampler(self, sampling: Sampling | None = None, **overrides: Any) -> Sampler:
+        """A sampler chain for `sampling` (llama-server's defaults) with `overrides` applied."""
+        return Sampler(self, (sampling or Sampling()).with_overrides(**overrides))
 
     # --- state and memory ------------------------------------------------------------------------------
 

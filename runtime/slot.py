@@ -444,18 +444,7 @@ class Slot:
         detok = IncrementalText()
         t_first: float | None = None
         s = req.sampling
-        with eng.sampler(
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            min_p=s.min_p,
-            repeat_penalty=s.repeat_penalty,
-            presence_penalty=s.presence_penalty,
-            frequency_penalty=s.frequency_penalty,
-            repeat_last_n=s.repeat_last_n,
-            seed=s.seed,
-            ignore_eos=s.ignore_eos,
-        ) as sampler:
+        with eng.sampler(s) as sampler:
             if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
                 # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
                 window = (
