@@ -243,7 +243,7 @@ class Engine:
         cparams.no_perf = True
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = llama_cpp.ggml_abort_callback(self._abort_trampoline)
-        cparams.abort_callback = self._abort_cb
+        self._no_abort_cb = llama_cpp.ggml_abort_callback()  # NULL: llama.cpp calls nothing
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
@@ -393,7 +393,13 @@ class Engine:
         return bool(check and check())
 
     def set_abort(self, check: Callable[[], bool] | None) -> None:
-        """A check llama.cpp calls between graph computations; True aborts the running decode."""
+        """A check llama.cpp calls between graph computations; True aborts the running decode.
+
+        None uninstalls the callback: llama.cpp would otherwise call into Python for every graph node.
+        """
+        if (check is None) != (self._abort_check is None):
+            cb = self._no_abort_cb if check is None else self._abort_cb
+            llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
         self._abort_check = check
 
     def decode(self, tokens: Sequence[int], pos: int, *, logits_last: bool = True) -> None:
