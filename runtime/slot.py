@@ -249,6 +249,9 @@ class Slot:
                     source, restored = "ram", state.nbytes
                     self._n["ram"] += 1
         if source is None and self.disk is not None:
+            # what the save pushed out of RAM goes to disk first: it may be this very conversation's state
+            self._entries_to_disk(evicted)
+            evicted = []
             found = self.disk.find(prompt, better_than=lcp(self.tokens, prompt))
             if found is not None and self._better_than_slot(found[0], prompt):
                 tokens, data = found

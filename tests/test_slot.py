@@ -216,3 +216,25 @@ def test_stop_string_is_cut_and_streamed_pieces_add_up(engines: Callable[[str], 
     assert res.finish_reason == "stop"
     assert res.text == base.text[: base.text.find(stop)]
     assert "".join(pieces) == res.text
+
+
+def test_state_pushed_out_by_the_save_is_found_on_disk_at_once(
+    engines: Callable[[str], Engine], tmp_path: Path
+) -> None:
+    eng = engines("llama")
+    a, b = Chat("You are A."), Chat("You are B.")
+    probe = Slot(eng, cache_ram_bytes=None)
+    probe.run(a.request(eng, turn_text(0, 0)))
+    one = probe._state_nbytes()
+    probe.reset()
+    disk = DiskTier(tmp_path / "disk", fingerprint=eng.fingerprint, settings=eng.settings_key)
+    slot = Slot(eng, cache_ram_bytes=one * 3 // 2, disk=disk)  # RAM holds one conversation
+    a.commit(turn_text(0, 0), slot.run(a.request(eng, turn_text(0, 0))))
+    a_tokens = list(slot.tokens)
+    b.commit(turn_text(1, 0), slot.run(b.request(eng, turn_text(1, 0))))  # A saved to RAM
+    req = a.request(eng, turn_text(0, 1))
+    res = slot.run(req)  # saving B pushes A out of RAM: A must come back from disk, not be recomputed
+    assert res.cache_source == "disk"
+    assert res.cached_tokens == lcp(a_tokens, req.prompt) > len(req.prompt) // 2 - 1
+    assert res.prefilled_tokens == len(req.prompt) - res.cached_tokens
+    disk.close()

@@ -1,0 +1,72 @@
+"""`python -m benchmarks interleaved`: N conversations x T turns, round robin, greedy, on one context.
+
+Systems side by side, all with the same n_ctx, threads, n_batch 2048, n_ubatch 512 and flash attention:
+
+- turnstile: a `Runtime` with its default settings (RAM prompt cache by llama-server's rule, no disk tier);
+- llama-cpp-python: `Llama.create_chat_completion` with no cache (prefix matching against the context only);
+- llama-cpp-python + LlamaRAMCache: the same with `llm.set_cache(LlamaRAMCache())`;
+- llama-server `-np 1 --cache-ram 8192` when `--llama-server BIN` is given (started and stopped here).
+
+Each system builds every conversation's history from its own replies. "ideal" is the prefill no system can
+avoid: per turn, the prompt tokens that no earlier state of that conversation holds, measured on turnstile's
+token lists and used for every row. `same_text` counts the replies equal to turnstile's.
+
+    python -m benchmarks interleaved [--conversations 6] [--turns 5] [--max-tokens 48] [--threads 2]
+                                     [--llama-server BIN] [--systems turnstile,llama-cpp,llama-cpp-ram,server]
+"""
+
+from __future__ import annotations
+
+from benchmarks import _workload as w
+
+SYSTEMS = ("turnstile", "llama-cpp", "llama-cpp-ram", "server")
+LABELS = {
+    "turnstile": "turnstile",
+    "llama-cpp": "llama-cpp-python (no cache)",
+    "llama-cpp-ram": "llama-cpp-python + LlamaRAMCache",
+    "server": "llama-server",
+}
+
+
+def factories(
+    names: list[str], settings: w.Settings, binary: str | None, server_ram_mib: int
+) -> list[tuple[str, w.Factory]]:
+    out: list[tuple[str, w.Factory]] = []
+    for n in names:
+        label = LABELS[n]
+        if n == "turnstile":
+            out.append((label, w.turnstile_factory(label, settings)))
+        elif n == "llama-cpp":
+            out.append((label, w.llama_cpp_factory(label, settings)))
+        elif n == "llama-cpp-ram":
+            out.append((label, w.llama_cpp_factory(label, settings, ram_cache_bytes=2 << 30)))
+        elif n == "server" and binary:
+            label = f"llama-server -np 1 --cache-ram {server_ram_mib}"
+            out.append((label, w.server_factory(label, settings, binary, server_ram_mib)))
+    return out
+
+
+def main(argv: list[str]) -> None:
+    ap = w.parser("interleaved", __doc__)
+    w.add_common_args(ap, conversations=6, turns=5)
+    ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    ap.add_argument("--server-cache-ram", type=int, default=8192, help="llama-server's --cache-ram (MiB)")
+    args = ap.parse_args(argv)
+    w.check_binary(ap, args.llama_server)
+    names = [s for s in args.systems.split(",") if s]
+    bad = [s for s in names if s not in SYSTEMS]
+    if bad or not names:
+        ap.error(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}")
+    if names[0] != "turnstile":  # ideal prefill is measured on turnstile's token lists
+        names = ["turnstile", *[n for n in names if n != "turnstile"]]
+    settings = w.settings_from(args)
+    turns = w.schedule(args.conversations, args.turns)
+    with w.quiet_logs():
+        rows = w.compare_systems(factories(names, settings, args.llama_server, args.server_cache_ram), turns)
+    w.write(
+        "interleaved",
+        rows,
+        params=w.common_params(args, settings) | {"server_cache_ram_mib": args.server_cache_ram},
+        out=args.out,
+        columns=w.COLUMNS,
+    )
