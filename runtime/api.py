@@ -74,7 +74,10 @@ class Runtime:
         self.slot = slot
         self.disk = disk
         self.scheduler = Scheduler(policy=policy, max_queued=max_queued, affinity=self._affinity)
-        self._last_tokens: dict[str, list[int]] = {}  # each session's tokens in the slot after its last turn
+        # for the affinity policy: a hash of each session's tokens in the slot after its last turn
+        self._last_key: dict[str, int] = {}
+        self._last_session: str | None = None
+        self._ram_keys: tuple[int, set[int]] = (-1, set())
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
         self._closed = False
 
@@ -200,15 +203,18 @@ class Runtime:
 
     def _affinity(self, session_id: str) -> int:
         """2: the slot holds this session's state; 1: the RAM cache does; 0: neither (read between jobs)."""
-        key = self._last_tokens.get(session_id)
-        if not key:
+        key = self._last_key.get(session_id)
+        if key is None:
             return 0
-        if self.slot.tokens[: len(key)] == key:
+        if session_id == self._last_session:
             return 2
         cache = self.slot.cache
-        if cache is not None and any(e.tokens[: len(key)] == tuple(key) for e in cache.entries):
-            return 1
-        return 0
+        if cache is None:
+            return 0
+        stamp = self.slot.stats().requests
+        if self._ram_keys[0] != stamp:  # once per finished job, not once per candidate
+            self._ram_keys = (stamp, {hash(e.tokens) for e in cache.entries})
+        return 1 if key in self._ram_keys[1] else 0
 
     # --- sessions ------------------------------------------------------------------------------------
 
@@ -358,7 +364,7 @@ class Runtime:
                 assert message is not None
                 history_msgs = [*session.chat_messages(), {"role": "user", "content": message}]
                 user_text = message
-            sampling = session.sampling.with_overrides(**overrides)
+            sampling = session.sampling.with_overrides(**overrides) if overrides else session.sampling
             blog.info(
                 "request.started", kind=kind, queued=round(job.started - job.submitted, 4) if job.started else None
             )
@@ -431,7 +437,8 @@ class Runtime:
             session_id=job.session_id,
         )
         result = self.slot.run(req)
-        self._last_tokens[job.session_id] = list(self.slot.tokens)
+        self._last_key[job.session_id] = hash(tuple(self.slot.tokens))
+        self._last_session = job.session_id
         return result
 
     @staticmethod

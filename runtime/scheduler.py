@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ class Scheduler:
         self.policy = make_policy(policy)
         self.max_queued = max_queued
         self._affinity = affinity
-        self._queue: list[Job] = []
+        self._queues: dict[str, deque[Job]] = {}  # per session, in arrival order; insertion order = first waiting
+        self._n_queued = 0
         self._running: Job | None = None
         self._ids = itertools.count(1)
         self._wake = anyio.Event()
@@ -93,14 +95,15 @@ class Scheduler:
         """Queue a job; raises QueueFull or RuntimeClosed at once."""
         if self._closing:
             raise RuntimeClosed("the runtime is closed")
-        if len(self._queue) >= self.max_queued:
+        if self._n_queued >= self.max_queued:
             self._n["rejected"] += 1
-            raise QueueFull(f"{len(self._queue)} requests are already queued (max_queued={self.max_queued})")
+            raise QueueFull(f"{self._n_queued} requests are already queued (max_queued={self.max_queued})")
         n = next(self._ids)
         job = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
-        self._queue.append(job)
+        self._queues.setdefault(session_id, deque()).append(job)
+        self._n_queued += 1
         self._n["submitted"] += 1
-        log.info("request.queued", request_id=job.id, session_id=session_id, kind=kind, depth=len(self._queue))
+        log.info("request.queued", request_id=job.id, session_id=session_id, kind=kind, depth=self._n_queued)
         self._wake.set()
         return job
 
@@ -127,8 +130,7 @@ class Scheduler:
         if job.done.is_set():
             return
         job.cancelled = True
-        if job in self._queue:
-            self._queue.remove(job)
+        if self._dequeue(job):
             self._n["cancelled"] += 1
             job.finish()
             log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
@@ -139,14 +141,19 @@ class Scheduler:
 
     # --- the worker ---------------------------------------------------------------------------------
 
-    def _candidates(self) -> list[Job]:
-        heads: dict[str, Job] = {}
-        for job in self._queue:
-            heads.setdefault(job.session_id, job)
-        return list(heads.values())
+    def _dequeue(self, job: Job) -> bool:
+        """Take a waiting job out of its session's queue; False if it is not waiting."""
+        q = self._queues.get(job.session_id)
+        if q is None or job not in q:
+            return False
+        q.remove(job)
+        if not q:
+            del self._queues[job.session_id]
+        self._n_queued -= 1
+        return True
 
     def _pick(self) -> Job:
-        heads = self._candidates()
+        heads = [q[0] for q in self._queues.values()]  # per-session order: only a head may run
         cands = [Candidate(j.id, j.session_id, j.arrival, j.skips) for j in heads]
         chosen = self.policy.pick(cands, lambda c: self._affinity(c.session_id))
         job = next(j for j in heads if j.id == chosen.request_id)
@@ -160,14 +167,14 @@ class Scheduler:
         """The worker loop; returns after `close()` once the running job is done."""
         try:
             while True:
-                if not self._queue:
+                if not self._queues:
                     if self._closing:
                         return
                     await self._wake.wait()
                     self._wake = anyio.Event()
                     continue
                 job = self._pick()
-                self._queue.remove(job)
+                self._dequeue(job)
                 self._running = job
                 job.started = time.perf_counter()
                 try:
@@ -192,10 +199,12 @@ class Scheduler:
     async def close(self) -> None:
         """Refuse new jobs, fail queued ones with RuntimeClosed, let the running one finish."""
         self._closing = True
-        for job in self._queue:
-            job.error = RuntimeClosed("the runtime closed before this request ran")
-            job.finish()
-        self._queue.clear()
+        for q in self._queues.values():
+            for job in q:
+                job.error = RuntimeClosed("the runtime closed before this request ran")
+                job.finish()
+        self._queues.clear()
+        self._n_queued = 0
         self._wake.set()
 
     async def wait_stopped(self) -> None:
@@ -206,12 +215,12 @@ class Scheduler:
         return self._running
 
     def __len__(self) -> int:
-        return len(self._queue)
+        return self._n_queued
 
     def stats(self) -> SchedulerStats:
         n = self._n
         return SchedulerStats(
-            queued=len(self._queue),
+            queued=self._n_queued,
             running=int(self._running is not None),
             submitted=n["submitted"],
             completed=n["completed"],
