@@ -6,24 +6,31 @@ A policy sees only candidates (the oldest waiting request of each session) and d
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A request that may run next: the head of its session's queue."""
+class Candidate(Protocol):
+    """A request that may run next: the head of its session's queue (the scheduler's jobs are these)."""
 
-    request_id: int
-    session_id: str
-    arrival: int  # arrival order, smaller is older
-    skips: int  # how often another request was chosen while this one could have run
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def arrival(self) -> int:  # arrival order, smaller is older
+        ...
+
+    @property
+    def skips(self) -> int:  # how often a later request was chosen while this one could have run
+        ...
+
+
+C = TypeVar("C", bound=Candidate)
 
 
 class Policy(Protocol):
     name: str
 
-    def pick(self, candidates: Sequence[Candidate], affinity: Callable[[Candidate], int]) -> Candidate:
+    def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
         """Choose one of the (non-empty) candidates; `affinity` scores how much of its state is at hand."""
         ...
 
@@ -33,7 +40,7 @@ class Fifo:
 
     name = "fifo"
 
-    def pick(self, candidates: Sequence[Candidate], affinity: Callable[[Candidate], int]) -> Candidate:
+    def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
         return min(candidates, key=lambda c: c.arrival)
 
 
@@ -48,7 +55,7 @@ class Affinity:
             raise ValueError("max_skips must be >= 0")
         self.max_skips = max_skips
 
-    def pick(self, candidates: Sequence[Candidate], affinity: Callable[[Candidate], int]) -> Candidate:
+    def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
         starved = [c for c in candidates if c.skips >= self.max_skips]
         if starved:
             return min(starved, key=lambda c: c.arrival)

@@ -21,7 +21,7 @@ import msgspec
 import structlog
 
 from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
-from runtime.policy import Candidate, Policy, make_policy
+from runtime.policy import Policy, make_policy
 
 log = structlog.get_logger(__name__)
 
@@ -154,9 +154,7 @@ class Scheduler:
 
     def _pick(self) -> Job:
         heads = [q[0] for q in self._queues.values()]  # per-session order: only a head may run
-        cands = [Candidate(j.id, j.session_id, j.arrival, j.skips) for j in heads]
-        chosen = self.policy.pick(cands, lambda c: self._affinity(c.session_id))
-        job = next(j for j in heads if j.id == chosen.request_id)
+        job = self.policy.pick(heads, lambda j: self._affinity(j.session_id))
         for j in heads:
             if j is not job and j.arrival < job.arrival:
                 j.skips += 1

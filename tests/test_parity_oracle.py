@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import _workload
 from benchmarks._llama_server import LlamaServer
 from runtime.engine import Engine, EngineConfig
 from runtime.slot import Slot, SlotRequest
@@ -51,69 +52,8 @@ MAX_TOKENS = 48
 SEED = 0
 GREEDY = Sampling(temperature=0.0, seed=SEED)
 
-# (system prompt, user messages): six personas with five turns each; the test plays the first 4 x 3.
-PERSONAS: list[tuple[str, list[str]]] = [
-    (
-        "You are a cheerful chef. Answer in one or two sentences.",
-        [
-            "How do I boil an egg?",
-            "How long for a soft yolk?",
-            "What can I serve it with?",
-            "Is brown bread better?",
-            "Any tip for peeling it?",
-        ],
-    ),
-    (
-        "You are a patient astronomy teacher. Keep your answers short.",
-        [
-            "Why is the sky blue?",
-            "What is a light year?",
-            "Name a planet with rings.",
-            "How far away is the Moon?",
-            "What is a comet made of?",
-        ],
-    ),
-    (
-        "You are a terse Python programmer.",
-        [
-            "What is a list comprehension?",
-            "Show me one example.",
-            "When should I avoid it?",
-            "What about generators?",
-            "How do I time my code?",
-        ],
-    ),
-    (
-        "You are a friendly travel guide for Europe. Answer briefly.",
-        [
-            "What should I see in Paris?",
-            "Is the metro easy to use?",
-            "Where can I eat cheaply?",
-            "Is it safe at night?",
-            "What about a day trip?",
-        ],
-    ),
-    (
-        "You are a calm gardening expert.",
-        [
-            "When should I plant tomatoes?",
-            "How often do I water them?",
-            "Why are the leaves yellow?",
-            "Can I grow them indoors?",
-            "What is a good fertiliser?",
-        ],
-    ),
-    (
-        "You are a concise history tutor.",
-        [
-            "Who built the pyramids?",
-            "How long did it take?",
-            "What tools did they use?",
-            "Who was Cleopatra?",
-            "When did Rome fall?",
-        ],
-    ),
-]
+# six personas with five turns each (shared with the benchmarks); the test plays the first 4 x 3
+PERSONAS = _workload.PERSONAS
 
 
 @dataclass(frozen=True)
