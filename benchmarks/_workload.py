@@ -547,6 +547,15 @@ def common_params(args: argparse.Namespace, settings: Settings) -> dict[str, Any
     }
 
 
+def systems_arg(ap: argparse.ArgumentParser, value: str, allowed: Sequence[str]) -> list[str]:
+    """The comma-separated `--systems` value, each one checked against `allowed`."""
+    names = [s for s in value.split(",") if s]
+    bad = [s for s in names if s not in allowed]
+    if bad or not names:
+        ap.error(f"unknown systems {bad}; choose from {', '.join(allowed)}")
+    return names
+
+
 def check_binary(ap: argparse.ArgumentParser, binary: str | None) -> None:
     if binary and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         ap.error(f"--llama-server {binary!r} is not an executable file")

@@ -53,10 +53,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--server-cache-ram", type=int, default=8192, help="llama-server's --cache-ram (MiB)")
     args = ap.parse_args(argv)
     w.check_binary(ap, args.llama_server)
-    names = [s for s in args.systems.split(",") if s]
-    bad = [s for s in names if s not in SYSTEMS]
-    if bad or not names:
-        ap.error(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}")
+    names = w.systems_arg(ap, args.systems, SYSTEMS)
     if names[0] != "turnstile":  # ideal prefill is measured on turnstile's token lists
         names = ["turnstile", *[n for n in names if n != "turnstile"]]
     settings = w.settings_from(args)

@@ -29,10 +29,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
     args = ap.parse_args(argv)
     w.check_binary(ap, args.llama_server)
-    names = [s for s in args.systems.split(",") if s]
-    bad = [s for s in names if s not in SYSTEMS]
-    if bad or not names:
-        ap.error(f"unknown systems {bad}; choose from {', '.join(SYSTEMS)}")
+    names = w.systems_arg(ap, args.systems, SYSTEMS)
     if not names[0].startswith("turnstile"):  # ideal prefill is measured on turnstile's token lists
         names = ["turnstile", *names]
     settings = w.settings_from(args)
