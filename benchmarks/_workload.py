@@ -280,7 +280,7 @@ class TurnstileSystem:
                 system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
                 self._portal.call(lambda: self.rt.create_session(sid, system=system, **self.settings.sampling))
             self._sessions.add(conv)
-        prompt = self.rt.engine.render(msgs).tokens  # the worker is idle between turns
+        prompt = self.rt.engine.render(msgs, spans=False).tokens  # the worker is idle between turns
         ideal = len(prompt) - lcp(prompt, self._states.get(conv, []))
         reply = self._portal.call(lambda: self.rt.chat(sid, msgs[-1]["content"]))
         if reply.usage.prompt_tokens != len(prompt):

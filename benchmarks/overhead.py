@@ -34,11 +34,14 @@ COLUMNS = ["layer", "policy", "queued", "rounds", "requests", "us_per_request", 
 
 
 class InstantEngine:
-    """What the Runtime asks of an engine (`render`, `close`), answered at once."""
+    """What the Runtime asks of an engine (`render`, `needs_checkpoints`, `close`), answered at once."""
 
     n_ctx = 1 << 20
+    needs_checkpoints = False
 
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> RenderedChat:
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
+    ) -> RenderedChat:
         base = 1000 * (sum(map(ord, messages[0]["content"])) % 10_000) if messages else 0
         tokens = list(range(base, base + 24 + 8 * len(messages)))
         starts = [min(i * 8, len(tokens) - 1) for i in range(len(messages))]

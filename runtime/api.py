@@ -310,7 +310,7 @@ class Runtime:
         finally:
             if not job.done.is_set():
                 with anyio.CancelScope(shield=True):
-                    await self.scheduler._withdraw(job, "stream closed")
+                    await self.scheduler.withdraw(job, "stream closed")
 
     def _submit_turn(
         self,
@@ -345,25 +345,14 @@ class Runtime:
         blog = log.bind(session_id=sid, request_id=job.id)
         try:
             session = await self._session_for(sid, create=kind == "chat")
-            base = session
-            if kind == "regenerate":
-                msgs = list(session.messages)
-                if not msgs or msgs[-1].role != "assistant":
-                    if not msgs or msgs[-1].role != "user":
-                        raise InvalidHistoryOp(f"session {sid!r} has no turn to regenerate")
-                    history_msgs = session.chat_messages()
-                else:
-                    history_msgs = history.truncate(session, len(msgs) - 1).chat_messages()
-                user_text = None
-            elif kind == "edit":
-                assert index is not None and message is not None
-                edited = history.edit(session, index, message)
-                history_msgs = edited.chat_messages()
-                user_text = None
-            else:
+            # chat: the history plus the new message; regenerate / edit: the session as it stands before the
+            # reply (ending with the user message to answer), computed once for the prompt and the commit
+            pending = None if kind == "chat" else self._pending(kind, session, index, message)
+            if pending is None:
                 assert message is not None
                 history_msgs = [*session.chat_messages(), {"role": "user", "content": message}]
-                user_text = message
+            else:
+                history_msgs = pending.chat_messages()
             sampling = session.sampling.with_overrides(**overrides) if overrides else session.sampling
             blog.info(
                 "request.started", kind=kind, queued=round(job.started - job.submitted, 4) if job.started else None
@@ -371,8 +360,15 @@ class Runtime:
             result = await self._in_slot_thread(self._run_in_slot, job, history_msgs, sampling, pieces)
             if result.finish_reason == "cancelled" or job.cancelled:
                 blog.info("request.cancelled", where="running", generated=result.generated_tokens)
-                return self._reply(job, result, base.revision)
-            committed = await self._commit(kind, sid, base, user_text, result.text, index, message)
+                return self._reply(job, result, session.revision)
+            if pending is None:
+                assert message is not None
+                committed = await self._store(
+                    self.store.append_turn, sid, message, result.text, expected_revision=session.revision
+                )
+            else:
+                new = history.append_reply(pending, result.text)
+                committed = await self._store(self.store.put, new, expected_revision=session.revision)
             blog.info(
                 "request.done",
                 finish=result.finish_reason,
@@ -394,20 +390,18 @@ class Runtime:
                 raise
             return await self._store(self.store.create, sid)
 
-    async def _commit(
-        self, kind: str, sid: str, base: Session, user: str | None, text: str, index: int | None, edited: str | None
-    ) -> Session:
-        if kind == "chat":
-            assert user is not None
-            return await self._store(self.store.append_turn, sid, user, text, expected_revision=base.revision)
+    @staticmethod
+    def _pending(kind: str, session: Session, index: int | None, message: str | None) -> Session:
+        """The session a regenerate or an edit answers: it ends with the user message to reply to."""
         if kind == "edit":
-            assert index is not None and edited is not None
-            new = history.append_reply(history.edit(base, index, edited), text)
-        else:  # regenerate
-            msgs = list(base.messages)
-            keep = len(msgs) - 1 if msgs and msgs[-1].role == "assistant" else len(msgs)
-            new = history.append_reply(history.truncate(base, keep), text)
-        return await self._store(self.store.put, new, expected_revision=base.revision)
+            assert index is not None and message is not None
+            return history.edit(session, index, message)
+        msgs = session.messages
+        if msgs and msgs[-1].role == "assistant":
+            return history.truncate(session, len(msgs) - 1)
+        if msgs and msgs[-1].role == "user":
+            return session
+        raise InvalidHistoryOp(f"session {session.id!r} has no turn to regenerate")
 
     def _run_in_slot(
         self, job: Job, messages: list[dict[str, str]], sampling: Sampling, pieces: _Pieces | None
@@ -415,7 +409,7 @@ class Runtime:
         """Worker thread: render, tokenize, run the slot."""
         structlog.contextvars.bind_contextvars(session_id=job.session_id, request_id=job.id)
         blog = log.bind(session_id=job.session_id, request_id=job.id)
-        rendered = self.engine.render(messages)
+        rendered = self.engine.render(messages, spans=self.engine.needs_checkpoints)
         first = [True]
 
         def on_piece(piece: str) -> None:

@@ -372,10 +372,18 @@ class Engine:
         finally:
             fmt.add_generation_prompt = True
 
-    def render(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> RenderedChat:
-        """Render a chat with the model's own template, tokenize it and find each message's first token."""
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
+    ) -> RenderedChat:
+        """Render a chat with the model's own template, tokenize it and find each message's first token.
+
+        Finding the starts tokenizes every prefix of the chat; `spans=False` skips it (only models that take
+        checkpoints need them) and leaves `message_starts` empty.
+        """
         text = self.render_text(messages, add_generation_prompt=add_generation_prompt)
         tokens = self.tokenize(text)
+        if not spans:
+            return RenderedChat(text=text, tokens=tokens, message_starts=[], roles=[])
         starts: list[int] = [0] if messages else []
         for i in range(1, len(messages)):
             # message i starts where the rendering of the messages before it stops matching

@@ -113,20 +113,21 @@ class Scheduler:
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
                 await job.done.wait()
         except TimeoutError:
-            await self._withdraw(job, "timeout")
+            await self.withdraw(job, "timeout")
             self._n["timed_out"] += 1
             raise RequestTimeout(
                 f"request {job.id} for session {job.session_id!r} did not finish within {timeout} s"
             ) from None
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._withdraw(job, "cancelled")
+                await self.withdraw(job, "cancelled")
             raise
         if job.error is not None:
             raise job.error
         return job.result
 
-    async def _withdraw(self, job: Job, why: str) -> None:
+    async def withdraw(self, job: Job, why: str) -> None:
+        """Take a job back: out of the queue, or (running) stopped at the next token and waited for."""
         if job.done.is_set():
             return
         job.cancelled = True

@@ -141,16 +141,6 @@ class Slot:
             "ckpt": 0,
         }
 
-    # --- reading (the scheduler's affinity policy asks these between requests) ---------------------
-
-    def reuse_estimate(self, prompt: Sequence[int]) -> int:
-        """How many prompt tokens the slot or the RAM cache already holds (an upper bound on cache_n)."""
-        best = lcp(self.tokens, prompt)
-        if self.cache is not None:
-            for e in self.cache.entries:
-                best = max(best, lcp(e.tokens, prompt))
-        return best
-
     def stats(self) -> SlotStats:
         n = self._n
         return SlotStats(

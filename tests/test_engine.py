@@ -195,3 +195,11 @@ def test_smollm2_template_matches_llama_cpp_python(smollm2_path: Path, make_engi
     assert rendered.text.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")
     assert rendered.text.endswith("<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
     assert rendered.user_starts == [ours.index(ours[0], 1)]
+
+
+def test_render_without_spans_gives_the_same_tokens(tiny_llama: Path, make_engine: Callable[..., Engine]) -> None:
+    eng = make_engine(tiny_llama)
+    msgs = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "yes"}]
+    full, bare = eng.render(msgs), eng.render(msgs, spans=False)
+    assert (bare.text, bare.tokens) == (full.text, full.tokens)
+    assert bare.message_starts == [] and bare.user_starts == []
