@@ -75,3 +75,7 @@ class SessionCorrupt(TurnstileError):
         super().__init__(f"session {_show(session_id)} is corrupt: {reason}")
         self.session_id = session_id
         self.reason = reason
+
+
+class UnsafeRecord(TurnstileError):
+    """Raised when a stored row would have to be unpickled to be read (or written); it never is."""

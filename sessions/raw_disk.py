@@ -1,0 +1,44 @@
+"""A diskcache `Disk` that never unpickles: keys are str or bytes, values raw bytes, str, ints or files.
+
+diskcache unpickles any row whose `mode` column says pickle (and any key stored with `raw = 0`), whatever
+wrote it, so a crafted or damaged database would run code on read. `RawDisk` refuses those rows with
+`UnsafeRecord` instead, and refuses to write anything that would need pickling. Every diskcache that
+turnstile opens (session stores, the disk tier) passes `disk=RawDisk`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import diskcache
+
+from sessions.errors import UnsafeRecord
+
+__all__ = ["RawDisk"]
+
+_MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
+
+
+class RawDisk(diskcache.Disk):  # type: ignore[misc]
+    """diskcache's `Disk` without pickle: such rows raise `UnsafeRecord` and are never loaded."""
+
+    def put(self, key: Any) -> tuple[Any, bool]:
+        if type(key) is not str and type(key) is not bytes:
+            raise UnsafeRecord(f"a {type(key).__name__} key would be pickled; keys must be str or bytes")
+        return super().put(key)  # type: ignore[no-any-return]
+
+    def get(self, key: Any, raw: bool) -> Any:
+        if not raw:
+            raise UnsafeRecord("a key row is stored pickled (raw = 0); it is not loaded")
+        return bytes(key) if type(key) is sqlite3.Binary else key
+
+    def store(self, value: Any, read: bool, key: Any = diskcache.core.UNKNOWN) -> Any:
+        if not read and type(value) not in (bytes, str, int):
+            raise UnsafeRecord(f"a {type(value).__name__} value would be pickled; store bytes")
+        return super().store(value, read, key=key)
+
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
+        if mode == _MODE_PICKLE:
+            raise UnsafeRecord(f"a value row is stored pickled (file {filename!r}); it is not loaded")
+        return super().fetch(mode, filename, value, read)
