@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import tempfile
 import time
@@ -28,111 +27,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
-import structlog
 
-from benchmarks._llama_server import LlamaServer
 from benchmarks._report import RESULTS_DIR, emit
 from runtime.models import default_model_path
+from runtime.testing.llama_server import LlamaServer
+from runtime.testing.workloads import PERSONAS, Messages, messages, persona, schedule, user_message
 
 N_CTX = 4096
 N_BATCH = 2048
 N_UBATCH = 512
 SEED = 0
 
-Messages = list[dict[str, str]]
-
-# (system prompt, user messages): six personas with five turns each (those of the parity oracle).
-PERSONAS: list[tuple[str, list[str]]] = [
-    (
-        "You are a cheerful chef. Answer in one or two sentences.",
-        [
-            "How do I boil an egg?",
-            "How long for a soft yolk?",
-            "What can I serve it with?",
-            "Is brown bread better?",
-            "Any tip for peeling it?",
-        ],
-    ),
-    (
-        "You are a patient astronomy teacher. Keep your answers short.",
-        [
-            "Why is the sky blue?",
-            "What is a light year?",
-            "Name a planet with rings.",
-            "How far away is the Moon?",
-            "What is a comet made of?",
-        ],
-    ),
-    (
-        "You are a terse Python programmer.",
-        [
-            "What is a list comprehension?",
-            "Show me one example.",
-            "When should I avoid it?",
-            "What about generators?",
-            "How do I time my code?",
-        ],
-    ),
-    (
-        "You are a friendly travel guide for Europe. Answer briefly.",
-        [
-            "What should I see in Paris?",
-            "Is the metro easy to use?",
-            "Where can I eat cheaply?",
-            "Is it safe at night?",
-            "What about a day trip?",
-        ],
-    ),
-    (
-        "You are a calm gardening expert.",
-        [
-            "When should I plant tomatoes?",
-            "How often do I water them?",
-            "Why are the leaves yellow?",
-            "Can I grow them indoors?",
-            "What is a good fertiliser?",
-        ],
-    ),
-    (
-        "You are a concise history tutor.",
-        [
-            "Who built the pyramids?",
-            "How long did it take?",
-            "What tools did they use?",
-            "Who was Cleopatra?",
-            "When did Rome fall?",
-        ],
-    ),
-]
-
-
-def persona(conv: int) -> tuple[str, list[str]]:
-    """Conversation `conv`'s system prompt and user messages (beyond the sixth: numbered variants)."""
-    system, users = PERSONAS[conv % len(PERSONAS)]
-    if conv < len(PERSONAS):
-        return system, users
-    return f"{system} You are assistant number {conv}.", users
-
-
-def user_message(conv: int, turn: int) -> str:
-    users = persona(conv)[1]
-    msg = users[turn % len(users)]
-    return msg if turn < len(users) else f"{msg} (again, {turn // len(users)})"
-
-
-def schedule(n_conv: int, n_turn: int, first_turn: int = 0) -> list[tuple[int, int]]:
-    """Round robin: A1 B1 C1 … A2 B2 … (turns first_turn .. first_turn + n_turn - 1)."""
-    return [(c, t) for t in range(first_turn, first_turn + n_turn) for c in range(n_conv)]
-
-
-def messages(conv: int, turn: int, replies: dict[tuple[int, int], str]) -> Messages:
-    """Conversation `conv` at `turn`: its system prompt, its earlier turns, the new user message."""
-    system = persona(conv)[0]
-    msgs = [{"role": "system", "content": system}]
-    for t in range(turn):
-        msgs += [{"role": "user", "content": user_message(conv, t)}, {"role": "assistant", "content": replies[conv, t]}]
-    msgs.append({"role": "user", "content": user_message(conv, turn)})
-    return msgs
+__all__ = ["PERSONAS", "Messages", "messages", "persona", "schedule", "user_message"]
 
 
 def lcp(a: Sequence[int], b: Sequence[int]) -> int:
@@ -280,7 +186,7 @@ class TurnstileSystem:
                 system = msgs[0]["content"] if msgs and msgs[0]["role"] == "system" else None
                 self._portal.call(lambda: self.rt.create_session(sid, system=system, **self.settings.sampling))
             self._sessions.add(conv)
-        prompt = self.rt.engine.render(msgs, spans=False).tokens  # the worker is idle between turns
+        prompt = self.rt.backend.engine.render(msgs, spans=False).tokens  # the worker is idle between turns
         ideal = len(prompt) - lcp(prompt, self._states.get(conv, []))
         reply = self._portal.call(lambda: self.rt.chat(sid, msgs[-1]["content"]))
         if reply.usage.prompt_tokens != len(prompt):
@@ -288,7 +194,7 @@ class TurnstileSystem:
                 f"{self.name}: the runtime's prompt ({reply.usage.prompt_tokens} tokens) is not the driver's "
                 f"({len(prompt)}): the session's history differs from the workload's"
             )
-        self._states[conv] = list(self.rt.slot.tokens)
+        self._states[conv] = list(self.rt.backend.slot.tokens)
         u = reply.usage
         return Outcome(reply.text, u.prompt_tokens, u.prefilled_tokens, u.generated_tokens, ideal)
 
@@ -574,19 +480,6 @@ def write(
     columns: Sequence[str] | None = None,
 ) -> Path:
     return emit(name, rows, params=params, columns=columns, out=out_path(out, name))
-
-
-@contextlib.contextmanager
-def quiet_logs() -> Iterator[None]:
-    """Keep the runtime's per-request info events off the table (warnings still show), then restore."""
-    if structlog.is_configured():
-        yield
-        return
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    try:
-        yield
-    finally:
-        structlog.reset_defaults()
 
 
 def temp_dir(prefix: str) -> AbstractContextManager[str]:

@@ -11,13 +11,10 @@ so every lookup is a hit in both caches. The trie's time should stay flat in N; 
 from __future__ import annotations
 
 import argparse
-import logging
 import random
 import statistics
 import time
 from collections.abc import Sequence
-
-import structlog
 
 from benchmarks._report import emit
 from caches.llama_cache import BaseLlamaCache, LlamaRAMCache, LlamaTrieCache
@@ -68,8 +65,6 @@ def main(argv: list[str]) -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if not 0 <= args.shared < args.tokens:
         ap.error("--shared must be in 0..tokens-1")
-    if not structlog.is_configured():  # the caches log every lookup at debug level
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     rng = random.Random(args.seed)
     rows: list[dict[str, object]] = []

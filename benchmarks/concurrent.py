@@ -2,7 +2,7 @@
 
 `--sessions` tasks (64) start together; each streams `--turns` turns one after the other (closed loop:
 it asks again as soon as its reply is done), greedy, `--max-tokens` tokens per reply (end of generation
-ignored, so every reply costs the same). The model is a tiny generated llama (`tests.models.write_llama`,
+ignored, so every reply costs the same). The model is a tiny generated llama (`runtime.testing.tiny_models.write_llama`,
 in a temporary directory) unless `--model PATH` (or `--model smollm2`) names a GGUF file.
 
 Per policy (`fifo`, `affinity`):
@@ -146,7 +146,7 @@ async def _run_policy(model: Path, policy: str, args: argparse.Namespace) -> dic
 
 def _model(arg: str | None, tmp: str) -> Path:
     if arg is None:
-        from tests.models import write_llama
+        from runtime.testing.tiny_models import write_llama
 
         return write_llama(Path(tmp) / "tiny-llama.gguf")
     if arg.lower() == "smollm2":
@@ -170,7 +170,7 @@ def main(argv: list[str]) -> None:
         ap.error("--sessions and --turns must be at least 1")
     policies = [p for p in args.policies.split(",") if p]
     rows: list[dict[str, Any]] = []
-    with w.quiet_logs(), w.temp_dir("turnstile-concurrent-") as tmp:
+    with w.temp_dir("turnstile-concurrent-") as tmp:
         model = _model(args.model, tmp)
         for policy in policies:
             w.progress(f"{policy}: {args.sessions} sessions x {args.turns} turns")

@@ -58,8 +58,7 @@ def main(argv: list[str]) -> None:
         names = ["turnstile", *[n for n in names if n != "turnstile"]]
     settings = w.settings_from(args)
     turns = w.schedule(args.conversations, args.turns)
-    with w.quiet_logs():
-        rows = w.compare_systems(factories(names, settings, args.llama_server, args.server_cache_ram), turns)
+    rows = w.compare_systems(factories(names, settings, args.llama_server, args.server_cache_ram), turns)
     w.write(
         "interleaved",
         rows,

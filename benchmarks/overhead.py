@@ -1,7 +1,7 @@
 """`python -m benchmarks overhead`: what the scheduler and the Runtime cost per request, with no model at all.
 
-A scripted instant engine stands in for llama.cpp: `render` returns a fixed token list per conversation,
-`Slot.run` returns a finished result at once. Everything else is real: `Runtime.serve(...)` with an
+`runtime.testing.ScriptedBackend` stands in for llama.cpp: it renders a conversation to one token per
+character and answers at once. Everything else is real: `Runtime.serve(...)` with an
 in-memory session store, the scheduler and its policy, the worker thread hop, the session commit.
 
 For each queue depth N (1, 10, 100, 1,000) a round submits N requests at once (one per session, each
@@ -17,89 +17,18 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import msgspec
 
 from benchmarks import _workload as w
 from runtime import Runtime
-from runtime.engine import RenderedChat
 from runtime.scheduler import Job, Scheduler
-from runtime.slot import SlotRequest, SlotResult, SlotStats
+from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 
 COLUMNS = ["layer", "policy", "queued", "rounds", "requests", "us_per_request", "us_p90_round", "total_s"]
-
-
-class InstantEngine:
-    """What the Runtime asks of an engine (`render`, `needs_checkpoints`, `close`), answered at once."""
-
-    n_ctx = 1 << 20
-    needs_checkpoints = False
-
-    def render(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
-    ) -> RenderedChat:
-        base = 1000 * (sum(map(ord, messages[0]["content"])) % 10_000) if messages else 0
-        tokens = list(range(base, base + 24 + 8 * len(messages)))
-        starts = [min(i * 8, len(tokens) - 1) for i in range(len(messages))]
-        return RenderedChat(text="", tokens=tokens, message_starts=starts, roles=[m["role"] for m in messages])
-
-    def close(self) -> None:
-        pass
-
-
-class InstantSlot:
-    """What the Runtime asks of a slot (`run`, `tokens`, `cache`, `flush`, `stats`): a result at once."""
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.cache: Any = None
-        self.requests = 0
-
-    def run(self, req: SlotRequest) -> SlotResult:
-        self.requests += 1
-        self.tokens = [*req.prompt, 1]
-        if req.on_piece is not None:
-            req.on_piece("ok")
-        n = len(req.prompt)
-        return SlotResult(
-            text="ok",
-            finish_reason="stop",
-            tokens=[1, 2],
-            prompt_tokens=n,
-            cached_tokens=0,
-            prefilled_tokens=n,
-            cache_source="none",
-            bytes_saved=0,
-            bytes_restored=0,
-            t_cache=0.0,
-            t_prefill=0.0,
-            t_decode=0.0,
-            t_first_token=0.0,
-        )
-
-    def flush(self) -> int:
-        return 0
-
-    def stats(self) -> SlotStats:
-        return SlotStats(
-            requests=self.requests,
-            prompt_tokens=0,
-            cached_tokens=0,
-            prefilled_tokens=0,
-            generated_tokens=0,
-            swaps=0,
-            ram_loads=0,
-            disk_loads=0,
-            checkpoint_restores=0,
-            checkpoints=0,
-            slot_tokens=len(self.tokens),
-            ram_entries=0,
-            ram_bytes=0,
-        )
 
 
 def rounds_for(depth: int, requests: int) -> int:
@@ -126,11 +55,8 @@ async def _scheduler_rounds(policy: str, depth: int, rounds: int) -> list[float]
 
 
 async def _runtime_rounds(policy: str, depth: int, rounds: int) -> list[float]:
-    engine, slot = InstantEngine(), InstantSlot()
     times: list[float] = []
-    async with Runtime.serve(
-        cast(Any, engine), MemoryStore(), cast(Any, slot), None, policy=policy, max_queued=max(1024, depth)
-    ) as rt:
+    async with Runtime.serve(ScriptedBackend(), MemoryStore(), policy=policy, max_queued=max(1024, depth)) as rt:
         for r in range(rounds):
             sids = [f"r{r}-s{i}" for i in range(depth)]
             for i, sid in enumerate(sids):  # not timed: every timed request is a turn of an existing session
@@ -178,13 +104,12 @@ def main(argv: list[str]) -> None:
     if any(x not in ("scheduler", "runtime") for x in layers):
         ap.error("--layers: scheduler and/or runtime")
     rows: list[dict[str, Any]] = []
-    with w.quiet_logs():
-        for layer in layers:
-            fn = _scheduler_rounds if layer == "scheduler" else _runtime_rounds
-            for policy in policies:
-                for depth in depths:
-                    times = anyio.run(fn, policy, depth, rounds_for(depth, args.requests))
-                    rows.append(_row(layer, policy, depth, times))
+    for layer in layers:
+        fn = _scheduler_rounds if layer == "scheduler" else _runtime_rounds
+        for policy in policies:
+            for depth in depths:
+                times = anyio.run(fn, policy, depth, rounds_for(depth, args.requests))
+                rows.append(_row(layer, policy, depth, times))
     w.write(
         "overhead",
         rows,
@@ -193,7 +118,7 @@ def main(argv: list[str]) -> None:
             "requests": args.requests,
             "policies": policies,
             "layers": layers,
-            "logging": "structlog at warning level (info events filtered)",
+            "logging": "the library default (stdlib loggers, WARNING)",
         },
         out=args.out,
         columns=COLUMNS,

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     settings = w.settings_from(args)
     mib = args.cache_ram
     turns = w.schedule(args.conversations, args.turns)
-    with w.quiet_logs(), w.temp_dir("turnstile-pressure-") as tmp:
+    with w.temp_dir("turnstile-pressure-") as tmp:
         systems: list[tuple[str, w.Factory]] = []
         for n in names:
             if n == "turnstile":

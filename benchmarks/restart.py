@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
     phase1 = w.schedule(args.conversations, before)
     phase2 = w.schedule(args.conversations, args.after, first_turn=before)
     rows: list[dict[str, Any]] = []
-    with w.quiet_logs(), w.temp_dir("turnstile-restart-") as tmp:
+    with w.temp_dir("turnstile-restart-") as tmp:
         # turnstile: the same data_dir twice; the driver's token lists carry the ideal across the restart
         label = "turnstile + disk"
         convs = w.Conversations()

@@ -1,15 +1,15 @@
+"""Where slot states live: llama-server's prompt cache rules, the disk tier and the tiered cache over both.
+
+Importing `caches` (or any of these modules) does not load llama.cpp; the llama_cache API for
+llama-cpp-python users is the subpackage `caches.llama_cache`, which does.
+"""
+
 from caches.disk_tier import DiskTier as DiskTier
 from caches.disk_tier import DiskTierStats as DiskTierStats
-from caches.hybrid_checkpoint import HybridCheckpoint as HybridCheckpoint
-from caches.hybrid_checkpoint import HybridCheckpointCache as HybridCheckpointCache
-from caches.llama_cache import BaseLlamaCache as BaseLlamaCache
-from caches.llama_cache import LlamaCache as LlamaCache
-from caches.llama_cache import LlamaDiskCache as LlamaDiskCache
-from caches.llama_cache import LlamaRAMCache as LlamaRAMCache
-from caches.llama_cache import LlamaTrieCache as LlamaTrieCache
-from caches.llama_cache import TrieNode as TrieNode
 from caches.prompt_cache import Entry as Entry
 from caches.prompt_cache import PromptCache as PromptCache
 from caches.prompt_cache import PromptCacheStats as PromptCacheStats
 from caches.prompt_cache import default_limit_bytes as default_limit_bytes
-from caches.prompt_cache import lcp as lcp
+from caches.tiered import TieredCache as TieredCache
+from caches.tiered import TieredCacheStats as TieredCacheStats
+from caches.tokens import lcp as lcp

@@ -25,12 +25,12 @@ each field and the checksum, and raises `RecordError` with a short reason.
 from __future__ import annotations
 
 import struct
-import sys
 import zlib
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from caches.tokens import tokens_from_bytes, tokens_to_bytes
 
 __all__ = [
     "KIND_INDEX",
@@ -53,9 +53,6 @@ KIND_INDEX = 2
 
 _HEAD = struct.Struct("<4sHBxHIIQ")
 _CRC = struct.Struct("<I")
-_TOKEN = "i"  # int32 on every platform CPython supports
-
-assert array(_TOKEN).itemsize == 4
 
 
 class RecordError(ValueError):
@@ -73,14 +70,6 @@ class Record:
     payload_len: int
     payload: bytes
     """Empty for an index record."""
-
-
-def tokens_to_bytes(tokens: Sequence[int]) -> bytes:
-    """Tokens as little-endian int32 (as a record holds them)."""
-    arr = array(_TOKEN, tokens)
-    if sys.byteorder == "big":
-        arr.byteswap()
-    return arr.tobytes()
 
 
 def _as_bytes(value: str | bytes) -> bytes:
@@ -212,11 +201,7 @@ def decode(
         raise RecordError("fingerprint", fp.decode("utf-8", "replace")[:80])
     if st != _as_bytes(settings):
         raise RecordError("settings", st.decode("utf-8", "replace")[:200])
-    arr = array(_TOKEN)
-    arr.frombytes(tb)
-    if sys.byteorder == "big":
-        arr.byteswap()
-    got = tuple(arr)
+    got = tokens_from_bytes(tb)
     if tokens is not None and tuple(tokens) != got:
         raise RecordError("tokens", "the record holds other tokens than its key")
     return Record(rec_kind, got, p_len, payload)

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import diskcache
-import structlog
 
 from caches.disk_format import (
     KIND_INDEX,
@@ -48,11 +47,13 @@ from caches.disk_format import (
     record_size,
     tokens_to_bytes,
 )
-from caches.prompt_cache import _fdiv, lcp
+from caches.tokens import keeps_enough, lcp
+from sessions.errors import InvalidConfig
+from sessions.log import get_logger
 
 __all__ = ["DiskTier", "DiskTierStats"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _PREFIX = "turnstile:"
 _I, _R, _U = "turnstile:i:", "turnstile:r:", "turnstile:u:"
@@ -99,7 +100,7 @@ class DiskTier:
     ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit."""
         if limit_bytes < 0:
-            raise ValueError("limit_bytes must be >= 0 (0: no limit)")
+            raise InvalidConfig("limit_bytes must be >= 0 (0: no limit)")
         self.directory = os.fspath(directory)
         self.fingerprint = fingerprint
         self.settings = settings
@@ -181,7 +182,7 @@ class DiskTier:
             ranked: list[tuple[int, int, str, _Item]] = []
             for d, item in self._index.items():
                 n = lcp(item.tokens, want)
-                if n <= better_than or _fdiv(n, len(item.tokens)) < 0.25:
+                if n <= better_than or not keeps_enough(n, len(item.tokens)):
                     continue
                 ranked.append((-n, len(item.tokens), d, item))
         ranked.sort(key=lambda r: r[:3])

@@ -22,13 +22,15 @@ caller that saves without updating.
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import structlog
+from caches.tokens import f32 as _f32
+from caches.tokens import fdiv as _fdiv
+from caches.tokens import keeps_enough, lcp
+from sessions.errors import InvalidConfig
+from sessions.log import get_logger
 
 __all__ = [
     "DEFAULT_LIMIT_BYTES",
@@ -44,49 +46,12 @@ __all__ = [
     "update_due",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 S = TypeVar("S")
 
 DEFAULT_LIMIT_BYTES = 8192 << 20
 """llama-server's `--cache-ram` default: 8192 MiB."""
-
-_LCP_CHUNK = 256
-_F32 = struct.Struct("f")
-
-
-def _f32(x: float) -> float:
-    """Round to IEEE single precision, as a C++ `float` holds it."""
-    if math.isnan(x) or math.isinf(x):
-        return x
-    try:
-        return float(_F32.unpack(_F32.pack(x))[0])
-    except OverflowError:
-        return math.copysign(math.inf, x)
-
-
-def _fdiv(a: float, b: float) -> float:
-    """`float(a) / float(b)` in single precision (0/0 is NaN, as in C++)."""
-    if b == 0:
-        return math.nan if a == 0 else math.copysign(math.inf, a)
-    # Each operand is a float first; one correctly rounded double op then rounded to float is the float op.
-    return _f32(_f32(a) / _f32(b))
-
-
-def lcp(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    if not isinstance(a, list | tuple) or type(a) is not type(b):
-        a, b = list(a), list(b)
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    i = 0
-    while i + _LCP_CHUNK <= n and a[i : i + _LCP_CHUNK] == b[i : i + _LCP_CHUNK]:
-        i += _LCP_CHUNK
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
 
 def default_limit_bytes(meminfo: str = "/proc/meminfo") -> int:
     """llama-server's 8192 MiB, but at most a quarter of the memory available now (MemAvailable)."""
@@ -183,7 +148,7 @@ def pick_better(entries: Sequence[Sequence[int]], slot: Sequence[int], prompt: S
         n = lcp(tokens, prompt)
         f_keep = _fdiv(n, len(tokens))
         f_sim = _fdiv(n, len(prompt))
-        if f_keep < 0.25:
+        if not keeps_enough(n, len(tokens)):
             continue
         if f_keep_best < f_keep and f_sim_best < f_sim:
             f_keep_best, f_sim_best, best = f_keep, f_sim, i
@@ -259,10 +224,12 @@ class PromptCache(Generic[S]):
     def __init__(self, limit_bytes: int, limit_tokens: int) -> None:
         """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit."""
         if limit_bytes < 0 or limit_tokens < 0:
-            raise ValueError("limits must be >= 0 (0: no limit)")
+            raise InvalidConfig("prompt cache limits must be >= 0 (0: no limit)")
         self.limit_bytes = limit_bytes
         self.limit_tokens = limit_tokens
         self._entries: list[Entry[S]] = []
+        self.version = 0
+        """Bumped by every change of the entries (a cheap change stamp for callers that index them)."""
         self._evicted: list[Entry[S]] = []
         self._saves = self._skipped = self._replaced = 0
         self._hits = self._misses = self._evictions = self._evicted_bytes = 0
@@ -297,6 +264,7 @@ class PromptCache(Generic[S]):
                 log.debug("prompt_cache.skip", reason=plan.reason, n_tokens=len(slot))
             return False
         if plan.drop:
+            self.version += 1
             self._replaced += len(plan.drop)
             self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
             log.debug("prompt_cache.replaced", count=len(plan.drop))
@@ -311,6 +279,7 @@ class PromptCache(Generic[S]):
             self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
             return False
         self._entries.append(Entry(tuple(slot), nbytes, value))
+        self.version += 1
         self._saves += 1
         log.debug("prompt_cache.save", n_tokens=len(slot), nbytes=nbytes, entries=len(self._entries))
         return True
@@ -331,6 +300,7 @@ class PromptCache(Generic[S]):
             entry = self._entries[i]
         else:
             entry = self._entries.pop(i)
+            self.version += 1
         self._hits += 1
         log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept=lcp(entry.tokens, prompt))
         return list(entry.tokens), entry.state
@@ -368,6 +338,7 @@ class PromptCache(Generic[S]):
         if count <= 0:
             return
         gone, self._entries = self._entries[:count], self._entries[count:]
+        self.version += 1
         self._evicted.extend(gone)
         self._evictions += len(gone)
         self._evicted_bytes += sum(e.nbytes for e in gone)

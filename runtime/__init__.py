@@ -4,6 +4,8 @@ from runtime.api import Runtime, RuntimeStats
 from runtime.errors import (
     ContextOverflow,
     DecodeError,
+    InvalidConfig,
+    InvalidRequest,
     ModelLoadError,
     QueueFull,
     RequestTimeout,
@@ -16,6 +18,8 @@ from runtime.reply import Reply, Timings, Usage
 __all__ = [
     "ContextOverflow",
     "DecodeError",
+    "InvalidConfig",
+    "InvalidRequest",
     "ModelLoadError",
     "QueueFull",
     "Reply",

@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
-import structlog
 
-from runtime.errors import ContextOverflow, DecodeError, ModelLoadError
+from runtime.chat_template import ChatTemplate, RenderedChat
+from runtime.errors import ContextOverflow, DecodeError, InvalidConfig, InvalidRequest, ModelLoadError
+from runtime.host import fingerprint_file, physical_cores
+from runtime.sampler import Sampler
 from sessions import Sampling
+from sessions.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SEQ = 0  # the slot's sequence
-_DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
 _KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 
@@ -60,10 +61,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
+                raise InvalidConfig(f"{name} must be at least 1")
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in _KV_TYPES:
-                raise ValueError(f"{name} must be one of {sorted(_KV_TYPES)}")
+                raise InvalidConfig(f"{name} must be one of {sorted(_KV_TYPES)}")
 
     def settings_key(self) -> str:
         """The context settings a saved state depends on (part of every stored state's header)."""
@@ -71,40 +72,6 @@ class EngineConfig:
             f"n_ctx={self.n_ctx};n_batch={self.n_batch};n_ubatch={self.n_ubatch};fa={int(self.flash_attn)};"
             f"swa_full={int(self.swa_full)};type_k={self.type_k};type_v={self.type_v}"
         )
-
-
-def physical_cores() -> int:
-    """Physical cores (llama-server's default thread count); logical CPUs where that is unknown."""
-    try:
-        pairs: set[tuple[str, str]] = set()
-        phys = core = ""
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "physical id":
-                    phys = value.strip()
-                elif key == "core id":
-                    core = value.strip()
-                    pairs.add((phys, core))
-        if pairs:
-            return max(1, min(len(pairs), os.cpu_count() or 1))
-    except OSError:
-        pass
-    return max(1, os.cpu_count() or 1)
-
-
-def fingerprint_file(path: Path) -> str:
-    """A cheap model fingerprint: size plus a hash of the first and last MiB (the GGUF header and tail)."""
-    size = path.stat().st_size
-    h = hashlib.blake2b(digest_size=16)
-    h.update(str(size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(1 << 20))
-        if size > 2 << 20:
-            f.seek(-(1 << 20), os.SEEK_END)
-            h.update(f.read())
-    return h.hexdigest()
 
 
 # llama.cpp logs go to structlog (warnings and errors only) instead of stderr.
@@ -141,73 +108,6 @@ def _check_gguf(path: Path) -> None:
         raise ModelLoadError(str(path), f"unreadable ({e.strerror})") from e
     if magic != b"GGUF":
         raise ModelLoadError(str(path), "not a GGUF file (bad magic)")
-
-
-@dataclass(frozen=True)
-class RenderedChat:
-    """A chat rendered with the model's template and tokenized, with where each message starts."""
-
-    text: str
-    tokens: list[int]
-    message_starts: list[int]  # token index where message i starts (same order as the messages)
-    roles: list[str] = field(default_factory=list)
-
-    @property
-    def user_starts(self) -> list[int]:
-        return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
-
-
-class Sampler:
-    """A llama.cpp sampler chain in llama-server's order, built from sampling settings."""
-
-    def __init__(self, engine: Engine, sampling: Sampling) -> None:
-        self._engine = engine
-        params = llama_cpp.llama_sampler_chain_default_params()
-        params.no_perf = True
-        chain = llama_cpp.llama_sampler_chain_init(params)
-        sp = sampling
-        add = llama_cpp.llama_sampler_chain_add
-        if sp.ignore_eos:  # as llama-server: every end-of-generation token gets a -inf logit bias
-            eog = engine.eog_tokens()
-            biases = (llama_cpp.llama_logit_bias * len(eog))(
-                *(llama_cpp.llama_logit_bias(t, float("-inf")) for t in eog)
-            )
-            add(chain, llama_cpp.llama_sampler_init_logit_bias(engine.n_vocab, len(eog), biases))
-        add(
-            chain,
-            llama_cpp.llama_sampler_init_penalties(
-                engine.n_vocab,
-                engine.n_ctx if sp.repeat_last_n < 0 else sp.repeat_last_n,  # -1: the whole context
-                sp.repeat_penalty,
-                sp.frequency_penalty,
-                sp.presence_penalty,
-            ),
-        )
-        add(chain, llama_cpp.llama_sampler_init_top_k(sp.top_k))
-        add(chain, llama_cpp.llama_sampler_init_top_p(sp.top_p, 0))
-        add(chain, llama_cpp.llama_sampler_init_min_p(sp.min_p, 0))
-        add(chain, llama_cpp.llama_sampler_init_temp_ext(sp.temperature, 0.0, 1.0))
-        add(chain, llama_cpp.llama_sampler_init_dist(_DEFAULT_SEED if sp.seed is None else sp.seed))
-        self._chain: Any = chain
-
-    def sample(self) -> int:
-        """Sample from the context's last logits and accept the token."""
-        tok = int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
-        return tok
-
-    def accept(self, token: int) -> None:
-        llama_cpp.llama_sampler_accept(self._chain, token)
-
-    def close(self) -> None:
-        if self._chain is not None:
-            llama_cpp.llama_sampler_free(self._chain)
-            self._chain = None
-
-    def __enter__(self) -> Sampler:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Engine:
@@ -263,7 +163,14 @@ class Engine:
         self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
         self._closed = False
         self.chat_template = self.meta("tokenizer.chat_template")
-        self._formatter: Any = None
+        eos, bos = self.eos_token, self.bos_token
+        self.template = ChatTemplate(
+            self.chat_template,
+            eos=self.token_text(eos) if eos != -1 else "",
+            bos=self.token_text(bos) if bos != -1 else "",
+            tokenize=self.tokenize,
+            model=str(self.path),
+        )
         self._eog: list[int] | None = None
         log.info(
             "engine.loaded",
@@ -349,50 +256,11 @@ class Engine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_to_piece(t) for t in tokens).decode("utf-8", "replace")
 
-    def _chat_formatter(self) -> Any:
-        if self._formatter is None:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            if not self.chat_template:
-                raise ModelLoadError(str(self.path), "the model has no chat template (tokenizer.chat_template)")
-            eos, bos = self.eos_token, self.bos_token
-            self._formatter = Jinja2ChatFormatter(
-                template=self.chat_template,
-                eos_token=self.token_text(eos) if eos != -1 else "",
-                bos_token=self.token_text(bos) if bos != -1 else "",
-                add_generation_prompt=True,
-            )
-        return self._formatter
-
-    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
-        fmt = self._chat_formatter()
-        fmt.add_generation_prompt = add_generation_prompt
-        try:
-            return str(fmt(messages=list(messages)).prompt)
-        finally:
-            fmt.add_generation_prompt = True
-
     def render(
         self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
     ) -> RenderedChat:
-        """Render a chat with the model's own template, tokenize it and find each message's first token.
-
-        Finding the starts tokenizes every prefix of the chat; `spans=False` skips it (only models that take
-        checkpoints need them) and leaves `message_starts` empty.
-        """
-        text = self.render_text(messages, add_generation_prompt=add_generation_prompt)
-        tokens = self.tokenize(text)
-        if not spans:
-            return RenderedChat(text=text, tokens=tokens, message_starts=[], roles=[])
-        starts: list[int] = [0] if messages else []
-        for i in range(1, len(messages)):
-            # message i starts where the rendering of the messages before it stops matching
-            part = self.tokenize(self.render_text(messages[:i], add_generation_prompt=False))
-            n, lim = 0, min(len(part), len(tokens))
-            while n < lim and part[n] == tokens[n]:
-                n += 1
-            starts.append(n)
-        return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[m["role"] for m in messages])
+        """`self.template.render`: the chat rendered with the model's template and tokenized."""
+        return self.template.render(messages, add_generation_prompt=add_generation_prompt, spans=spans)
 
     # --- evaluation ----------------------------------------------------------------------------------
 
@@ -419,7 +287,7 @@ class Engine:
         if n == 0:
             return
         if n > self.n_batch:
-            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+            raise InvalidRequest(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
         if pos + n > self.n_ctx:
             raise ContextOverflow(pos + n, self.n_ctx)
         b = self._batch

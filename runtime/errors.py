@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from sessions.errors import TurnstileError
+from sessions.errors import InvalidConfig, TurnstileError
 
 __all__ = [
     "ContextOverflow",
     "DecodeError",
+    "InvalidConfig",
+    "InvalidRequest",
     "ModelLoadError",
     "QueueFull",
     "RequestTimeout",
@@ -50,7 +52,11 @@ class QueueFull(TurnstileError):
     """Raised at once when a request arrives while `max_queued` requests are already waiting."""
 
 
-class RequestTimeout(TurnstileError):
+class InvalidRequest(TurnstileError, ValueError):
+    """Raised before anything is queued when a request argument has the wrong type or value."""
+
+
+class RequestTimeout(TurnstileError, TimeoutError):
     """Raised when a request's `timeout` passes before it finished; its session is unchanged."""
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
+from sessions.errors import InvalidConfig
+
 
 class Candidate(Protocol):
     """A request that may run next: the head of its session's queue (the scheduler's jobs are these)."""
@@ -52,7 +54,7 @@ class Affinity:
 
     def __init__(self, max_skips: int = 4) -> None:
         if max_skips < 0:
-            raise ValueError("max_skips must be >= 0")
+            raise InvalidConfig("max_skips must be >= 0")
         self.max_skips = max_skips
 
     def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
@@ -71,4 +73,4 @@ def make_policy(name: str | Policy) -> Policy:
     try:
         return POLICIES[name]()
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None
+        raise InvalidConfig(f"unknown policy {name!r}; choose one of {sorted(POLICIES)}") from None

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
-FinishReason = Literal["stop", "length", "cancelled"]
-CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
+from runtime.types import CacheSource, FinishReason
 
 
 class Usage(msgspec.Struct, frozen=True):

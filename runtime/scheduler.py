@@ -18,12 +18,13 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
 
-from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
+from runtime.errors import InvalidConfig, QueueFull, RequestTimeout, RuntimeClosed
 from runtime.policy import Policy, make_policy
+from runtime.types import RequestKind
+from sessions.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(eq=False)
@@ -33,7 +34,7 @@ class Job:
     id: int
     session_id: str
     arrival: int
-    kind: str
+    kind: RequestKind
     execute: Callable[[Job], Awaitable[Any]]
     submitted: float = field(default_factory=time.perf_counter)
     skips: int = 0
@@ -43,6 +44,7 @@ class Job:
     result: Any = None
     error: BaseException | None = None
     watchers: list[Callable[[], None]] = field(default_factory=list)  # called on the loop when done
+    undo: Callable[[], Awaitable[None]] | None = None  # set by a job that committed: undoes the commit
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -68,14 +70,24 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     max_skips: int  # the most times one request was passed over by a later one
 
 
+@dataclass
+class _Counters:
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    rejected: int = 0
+
+
 class Scheduler:
     """Queue + policy + the worker loop. Runs `job.execute(job)` for one job at a time."""
 
     def __init__(
         self, *, policy: str | Policy = "fifo", max_queued: int = 1024, affinity: Callable[[str], int] = lambda _sid: 0
     ) -> None:
-        if max_queued < 1:
-            raise ValueError("max_queued must be at least 1")
+        if not isinstance(max_queued, int) or isinstance(max_queued, bool) or max_queued < 1:
+            raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
         self.policy = make_policy(policy)
         self.max_queued = max_queued
         self._affinity = affinity
@@ -87,23 +99,25 @@ class Scheduler:
         self._closing = False
         self._stopped = anyio.Event()
         self._max_skips = 0
-        self._n = dict.fromkeys(("submitted", "completed", "failed", "cancelled", "timed_out", "rejected"), 0)
+        self._n = _Counters()
 
     # --- callers ------------------------------------------------------------------------------------
 
-    def submit(self, session_id: str, execute: Callable[[Job], Awaitable[Any]], kind: str = "chat") -> Job:
+    def submit(
+        self, session_id: str, execute: Callable[[Job], Awaitable[Any]], kind: RequestKind = RequestKind.CHAT
+    ) -> Job:
         """Queue a job; raises QueueFull or RuntimeClosed at once."""
         if self._closing:
             raise RuntimeClosed("the runtime is closed")
         if self._n_queued >= self.max_queued:
-            self._n["rejected"] += 1
+            self._n.rejected += 1
             raise QueueFull(f"{self._n_queued} requests are already queued (max_queued={self.max_queued})")
         n = next(self._ids)
         job = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
         self._queues.setdefault(session_id, deque()).append(job)
         self._n_queued += 1
-        self._n["submitted"] += 1
-        log.info("request.queued", request_id=job.id, session_id=session_id, kind=kind, depth=self._n_queued)
+        self._n.submitted += 1
+        log.info("request.queued", request_id=job.id, session_id=session_id, kind=str(kind), depth=self._n_queued)
         self._wake.set()
         return job
 
@@ -113,8 +127,9 @@ class Scheduler:
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
                 await job.done.wait()
         except TimeoutError:
-            await self.withdraw(job, "timeout")
-            self._n["timed_out"] += 1
+            with anyio.CancelScope(shield=True):
+                await self.withdraw(job, "timeout")
+            self._n.timed_out += 1
             raise RequestTimeout(
                 f"request {job.id} for session {job.session_id!r} did not finish within {timeout} s"
             ) from None
@@ -127,18 +142,23 @@ class Scheduler:
         return job.result
 
     async def withdraw(self, job: Job, why: str) -> None:
-        """Take a job back: out of the queue, or (running) stopped at the next token and waited for."""
-        if job.done.is_set():
-            return
+        """Take a job back: out of the queue, or (running) stopped at the next token and waited for; a job
+        that already committed (its caller went away while the reply was on its way) has its commit undone."""
+        if not job.done.is_set():
+            job.cancelled = True
+            if self._dequeue(job):
+                self._n.cancelled += 1
+                job.finish()
+                log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
+                return
+            # running: the slot stops at the next token or batch; wait until the turn is done
+            await job.done.wait()
+            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="running", why=why)
         job.cancelled = True
-        if self._dequeue(job):
-            self._n["cancelled"] += 1
-            job.finish()
-            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
-            return
-        # running: the slot stops at the next token or batch; wait until the turn is undone
-        await job.done.wait()
-        log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="running", why=why)
+        undo, job.undo = job.undo, None
+        if undo is not None:
+            await undo()
+            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="committed", why=why)
 
     # --- the worker ---------------------------------------------------------------------------------
 
@@ -178,10 +198,13 @@ class Scheduler:
                 job.started = time.perf_counter()
                 try:
                     job.result = await job.execute(job)
-                    self._n["cancelled" if job.cancelled else "completed"] += 1
+                    if job.cancelled:
+                        self._n.cancelled += 1
+                    else:
+                        self._n.completed += 1
                 except Exception as e:  # delivered to the caller
                     job.error = e
-                    self._n["failed"] += 1
+                    self._n.failed += 1
                     log.warning(
                         "request.failed",
                         request_id=job.id,
@@ -221,12 +244,12 @@ class Scheduler:
         return SchedulerStats(
             queued=self._n_queued,
             running=int(self._running is not None),
-            submitted=n["submitted"],
-            completed=n["completed"],
-            failed=n["failed"],
-            cancelled=n["cancelled"],
-            timed_out=n["timed_out"],
-            rejected=n["rejected"],
+            submitted=n.submitted,
+            completed=n.completed,
+            failed=n.failed,
+            cancelled=n.cancelled,
+            timed_out=n.timed_out,
+            rejected=n.rejected,
             policy=self.policy.name,
             max_skips=self._max_skips,
         )

@@ -12,18 +12,20 @@ Synchronous and single-threaded: the scheduler calls `run` from its one worker t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import msgspec
 import structlog
 
 from caches.disk_tier import DiskTier
-from caches.prompt_cache import Entry, PromptCache, lcp, pick_better
+from caches.prompt_cache import PromptCache
+from caches.tiered import TieredCache
+from caches.tokens import lcp
+from runtime.backend import SlotRequest, SlotResult
 from runtime.detok import IncrementalText
 from runtime.engine import Engine
-from runtime.errors import ContextOverflow, DecodeError
+from runtime.errors import ContextOverflow, DecodeError, InvalidConfig
 from runtime.slot_state import (
     CHECKPOINT_MIN_STEP,
     N_CTX_CHECKPOINTS,
@@ -33,52 +35,10 @@ from runtime.slot_state import (
     make_room,
 )
 from runtime.stops import StopMatcher
-from sessions import Sampling
+from runtime.types import CacheRules, CacheSource, FinishReason
+from sessions.log import get_logger
 
-log = structlog.get_logger(__name__)
-
-CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
-FinishReason = Literal["stop", "length", "cancelled"]
-CacheRules = Literal["turnstile", "llama-server"]
-
-
-@dataclass
-class SlotRequest:
-    """One completion for the slot: a tokenized prompt and how to generate."""
-
-    prompt: Sequence[int]
-    sampling: Sampling = field(default_factory=Sampling)
-    max_tokens: int | None = None  # None: the sampling's max_tokens, else until the context is full
-    stop: Sequence[str] = ()
-    user_starts: Sequence[int] = ()  # token index of each user message (checkpoint boundaries)
-    reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
-    cancel: Callable[[], bool] = lambda: False
-    on_piece: Callable[[str], None] | None = None
-    request_id: int = 0
-    session_id: str = ""
-
-
-@dataclass(frozen=True)
-class SlotResult:
-    """What a request did: its text and where every token came from."""
-
-    text: str
-    finish_reason: FinishReason
-    tokens: list[int]  # generated tokens (an end-of-generation token included)
-    prompt_tokens: int
-    cached_tokens: int  # llama-server's cache_n
-    prefilled_tokens: int  # llama-server's prompt_n
-    cache_source: CacheSource
-    bytes_saved: int
-    bytes_restored: int
-    t_cache: float
-    t_prefill: float
-    t_decode: float
-    t_first_token: float | None  # seconds from start to the first generated token
-
-    @property
-    def generated_tokens(self) -> int:
-        return len(self.tokens)
+log = get_logger(__name__)
 
 
 class SlotStats(msgspec.Struct, frozen=True):
@@ -99,8 +59,40 @@ class SlotStats(msgspec.Struct, frozen=True):
     ram_bytes: int
 
 
+@dataclass
+class _Counters:
+    """What the slot counts as it runs (the tiered cache counts its own loads)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefilled_tokens: int = 0
+    generated_tokens: int = 0
+    checkpoint_restores: int = 0
+
+
+class _StateCodec:
+    """`SlotState`s for the tiered cache: msgpack bytes on disk, their byte size in RAM."""
+
+    @staticmethod
+    def encode(state: SlotState) -> bytes:
+        return state.encode()
+
+    @staticmethod
+    def decode(data: bytes) -> SlotState:
+        return SlotState.decode(data)
+
+    @staticmethod
+    def nbytes(state: SlotState) -> int:
+        return state.nbytes
+
+
 class Slot:
-    """Sequence 0 of an engine's context, with its prompt cache, checkpoints and optional disk tier."""
+    """Sequence 0 of an engine's context: prefix reuse, checkpoints, prefill and decode.
+
+    Where states go between requests (RAM prompt cache, disk tier) is the `TieredCache`'s business
+    (`self.cache`); the slot asks it once per request.
+    """
 
     def __init__(
         self,
@@ -114,49 +106,39 @@ class Slot:
         cache_rules: CacheRules = "turnstile",
     ) -> None:
         if cache_rules not in ("turnstile", "llama-server"):
-            raise ValueError("cache_rules must be 'turnstile' or 'llama-server'")
+            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
         self.engine = engine
         # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
         # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
         self.cache_rules: CacheRules = cache_rules
-        self.cache: PromptCache[SlotState] | None = (
+        ram: PromptCache[SlotState] | None = (
             PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
         )
-        self.disk = disk
-        self.similarity = similarity
+        self.cache = TieredCache(
+            ram, disk, _StateCodec(), similarity=similarity, retain_partial=cache_rules == "turnstile"
+        )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
         self.checkpoint_min_step = checkpoint_min_step
         self.tokens: list[int] = []
         self.checkpoints: list[Checkpoint] = []
-        self._log: Any = log
-        self._n = {
-            "requests": 0,
-            "prompt": 0,
-            "cached": 0,
-            "prefilled": 0,
-            "generated": 0,
-            "swaps": 0,
-            "ram": 0,
-            "disk": 0,
-            "ckpt": 0,
-        }
+        self._n = _Counters()
 
     def stats(self) -> SlotStats:
-        n = self._n
+        n, c = self._n, self.cache.stats()
         return SlotStats(
-            requests=n["requests"],
-            prompt_tokens=n["prompt"],
-            cached_tokens=n["cached"],
-            prefilled_tokens=n["prefilled"],
-            generated_tokens=n["generated"],
-            swaps=n["swaps"],
-            ram_loads=n["ram"],
-            disk_loads=n["disk"],
-            checkpoint_restores=n["ckpt"],
+            requests=n.requests,
+            prompt_tokens=n.prompt_tokens,
+            cached_tokens=n.cached_tokens,
+            prefilled_tokens=n.prefilled_tokens,
+            generated_tokens=n.generated_tokens,
+            swaps=c.swaps,
+            ram_loads=c.ram_loads,
+            disk_loads=c.disk_loads,
+            checkpoint_restores=n.checkpoint_restores,
             checkpoints=len(self.checkpoints),
             slot_tokens=len(self.tokens),
-            ram_entries=len(self.cache) if self.cache is not None else 0,
-            ram_bytes=self.cache.nbytes if self.cache is not None else 0,
+            ram_entries=c.ram_entries,
+            ram_bytes=c.ram_bytes,
         )
 
     # --- state ------------------------------------------------------------------------------------
@@ -169,7 +151,7 @@ class Slot:
 
     def _load(self, tokens: list[int], state: SlotState) -> bool:
         if not self.engine.state_set(state.state):
-            self._log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
+            log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
             self.reset()
             return False
         self.tokens = list(tokens)
@@ -182,24 +164,9 @@ class Slot:
         self.tokens = []
         self.checkpoints = []
 
-    def _to_disk(self, tokens: Sequence[int], state: SlotState) -> int:
-        if self.disk is None or not tokens:
-            return 0
-        data = state.encode()
-        return len(data) if self.disk.put(tokens, data) else 0
-
-    def _entries_to_disk(self, entries: Sequence[Entry[SlotState]]) -> int:
-        return sum(self._to_disk(e.tokens, e.state) for e in entries)
-
     def flush(self) -> int:
         """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
-        if self.disk is None:
-            return 0
-        n = self._entries_to_disk(list(self.cache.entries)) if self.cache is not None else 0
-        if self.tokens:
-            n += self._to_disk(self.tokens, self._snapshot())
-        log.info("cache.flush", nbytes=n)  # module logger: not a request
-        return n
+        return self.cache.flush(self.tokens, self._snapshot)
 
     # --- one request ------------------------------------------------------------------------------
 
@@ -209,62 +176,6 @@ class Slot:
             raise ContextOverflow(0, self.engine.n_ctx)  # an empty prompt cannot be evaluated
         if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
             raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
-
-    def _update_cache(self, prompt: Sequence[int]) -> tuple[CacheSource | None, int, int]:
-        """llama-server's prompt cache update; returns (where a loaded state came from, bytes saved, restored)."""
-        if not PromptCache.wants_update(self.tokens, prompt, self.similarity):
-            return None, 0, 0
-        saved = restored = 0
-        source: CacheSource | None = None
-        evicted: list[Entry[SlotState]] = []
-        nbytes = self._state_nbytes() if self.tokens else 0
-        if self.cache is not None:
-            if self.cache.save(self.tokens, nbytes, self._snapshot):
-                saved = nbytes
-                self._log.debug("cache.save", n_tokens=len(self.tokens), nbytes=nbytes)
-            evicted += self.cache.drain_evicted()
-        if (
-            not saved
-            and self.tokens
-            and self.disk is not None
-            and (self.cache is None or 0 < self.cache.limit_bytes < nbytes)
-        ):
-            # too large for RAM (or no RAM cache): the disk tier keeps it
-            saved = self._to_disk(self.tokens, self._snapshot())
-        if self.cache is not None:
-            better = self.cache.take_better(self.tokens, prompt, retain_partial=self.cache_rules == "turnstile")
-            if better is not None:
-                tokens, state = better
-                if self._load(tokens, state):
-                    source, restored = "ram", state.nbytes
-                    self._n["ram"] += 1
-        if source is None and self.disk is not None:
-            # what the save pushed out of RAM goes to disk first: it may be this very conversation's state
-            self._entries_to_disk(evicted)
-            evicted = []
-            found = self.disk.find(prompt, better_than=lcp(self.tokens, prompt))
-            if found is not None and self._better_than_slot(found[0], prompt):
-                tokens, data = found
-                try:
-                    state = SlotState.decode(data)
-                except msgspec.DecodeError:
-                    self._log.warning("cache.disk_state_undecodable", n_tokens=len(tokens))
-                    self.disk.remove(tokens)
-                else:
-                    if self._load(tokens, state):
-                        source, restored = "disk", len(data)
-                        self._n["disk"] += 1
-        if self.cache is not None:
-            evicted += self.cache.update()
-        self._entries_to_disk(evicted)
-        if source is not None:
-            self._n["swaps"] += 1
-            self._log.info("cache.load", source=source, n_tokens=len(self.tokens), nbytes=restored)
-        return source, saved, restored
-
-    def _better_than_slot(self, tokens: Sequence[int], prompt: Sequence[int]) -> bool:
-        """llama-server's load rule against the slot: both a larger kept fraction and a larger similarity."""
-        return pick_better([tokens], self.tokens, prompt) == 0
 
     def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
         """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""
@@ -281,8 +192,8 @@ class Slot:
                     pos_next = min(pos_next, max(cp.pos_min + 1, cp.pos_max))
                     n_past = min(pos_next, cp.n_tokens)
                     restored = True
-                    self._n["ckpt"] += 1
-                    self._log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
+                    self._n.checkpoint_restores += 1
+                    log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
                 else:
                     pos_next = n_past = 0
         if self.max_checkpoints:
@@ -356,7 +267,7 @@ class Slot:
             request_id=req.request_id,
         )
         self.checkpoints = [*kept, cp]
-        self._log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+        log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
 
     def _after_abort(self, batch: Sequence[int], start: int) -> None:
         """Make `tokens` equal to memory again after an aborted or failed decode."""
@@ -371,13 +282,18 @@ class Slot:
 
     def run(self, req: SlotRequest) -> SlotResult:
         """Run one request to its end; raises ContextOverflow (nothing changed) or DecodeError."""
-        eng = self.engine
         prompt = list(req.prompt)
-        max_tokens = req.max_tokens if req.max_tokens is not None else req.sampling.max_tokens
+        max_tokens = req.sampling.max_tokens
         self.check_fits(len(prompt), max_tokens, req.reserve)
-        self._log = log.bind(session_id=req.session_id, request_id=req.request_id)
+        with structlog.contextvars.bound_contextvars(session_id=req.session_id, request_id=req.request_id):
+            return self._run(req, prompt, max_tokens)
+
+    def _run(self, req: SlotRequest, prompt: list[int], max_tokens: int | None) -> SlotResult:
+        eng = self.engine
         t0 = time.perf_counter()
-        source, saved, restored = self._update_cache(prompt)
+        swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load)
+        source: CacheSource | None = swap.source
+        saved, restored = swap.saved, swap.restored
         n_past, from_ckpt = self._reuse_prefix(prompt)
         t_cache = time.perf_counter() - t0
         if n_past == 0:
@@ -386,16 +302,16 @@ class Slot:
             source = "checkpoint"
         elif source is None:
             source = "slot"
-        self._log.info(
+        log.info(
             "cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored
         )
-        self._n["requests"] += 1
-        self._n["prompt"] += len(prompt)
-        self._n["cached"] += n_past
+        self._n.requests += 1
+        self._n.prompt_tokens += len(prompt)
+        self._n.cached_tokens += n_past
         eng.set_abort(req.cancel)
         finish: FinishReason
         generated: list[int] = []
-        stops = StopMatcher(req.stop)
+        stops = StopMatcher(req.sampling.stop)
         t_first: float | None = None
         t1 = time.perf_counter()
         t_prefill = 0.0
@@ -404,8 +320,8 @@ class Slot:
                 self._prefill(req)
             finally:
                 t_prefill = time.perf_counter() - t1
-                self._n["prefilled"] += max(0, len(self.tokens) - n_past)
-            self._log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
+                self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
+            log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
             eng.set_abort(None)  # single-token decodes are short: cancel between tokens
             finish, t_first = self._generate(req, max_tokens, generated, stops, t0)
         except _Cancelled:
@@ -413,7 +329,7 @@ class Slot:
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
-        self._n["generated"] += len(generated)
+        self._n.generated_tokens += len(generated)
         return SlotResult(
             text=stops.text,
             finish_reason=finish,

@@ -16,7 +16,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import msgspec
-import structlog
 
 from sessions import history
 from sessions.errors import (
@@ -26,9 +25,10 @@ from sessions.errors import (
     SessionExists,
     SessionNotFound,
 )
+from sessions.log import get_logger
 from sessions.model import Sampling, Session, check_session_id, validate
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class StoreBase(ABC):
@@ -211,3 +211,45 @@ class StoreBase(ABC):
             session = validate(msgspec.structs.replace(changed, revision=current.revision + 1, updated=now))
             self._write(session)
         return session
+
+    # --- a turn's commit, and its undo ----------------------------------------------------------------
+
+    def commit(
+        self, session: Session, *, expected_revision: int | None, unless: Callable[[], bool] = lambda: False
+    ) -> Session | None:
+        """Store a turn's result as the next revision of the session it was computed from.
+
+        `expected_revision` is that session's stored revision (None: no session may exist yet; the turn
+        creates it, at revision 1). `unless()` is asked under the store's lock right before the write: if
+        it is true nothing is written and None is returned, so a caller that withdrew first never finds
+        its turn committed.
+        """
+        validate(session)
+        with self._atomic():
+            current = self._read(session.id)
+            if current is None and expected_revision is not None:
+                raise SessionNotFound(session.id)
+            if current is not None and expected_revision is None:
+                raise SessionExists(session.id)
+            if current is not None and expected_revision is not None and current.revision != expected_revision:
+                raise RevisionConflict(session.id, expected_revision, current.revision)
+            if unless():
+                return None
+            revision = (expected_revision or 0) + 1
+            stored = msgspec.structs.replace(session, revision=revision, updated=self._clock())
+            self._write(stored)
+        return stored
+
+    def revert(self, session_id: str, previous: Session | None, *, expected_revision: int) -> bool:
+        """Undo a `commit` whose caller went away: put `previous` back exactly (remove the session if None)
+        if the stored revision is still `expected_revision`; False, nothing changed, if another write came."""
+        with self._atomic():
+            current = self._read(session_id)
+            if current is None or current.revision != expected_revision:
+                return False
+            if previous is None:
+                self._remove(session_id)
+            else:
+                self._write(previous)
+        log.info("session.reverted", session_id=session_id, revision=expected_revision)
+        return True

@@ -17,13 +17,13 @@ from contextlib import contextmanager
 
 import diskcache
 import msgspec
-import structlog
 
 from sessions.base import StoreBase
 from sessions.errors import SessionCorrupt, TurnstileError
+from sessions.log import get_logger
 from sessions.model import Session
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # diskcache writes bytes values at least this long to side files; keep every record in SQLite.
 _IN_DATABASE = 1 << 30

@@ -11,6 +11,10 @@ class TurnstileError(Exception):
     """Base of every error turnstile raises on purpose."""
 
 
+class InvalidConfig(TurnstileError, ValueError):
+    """Raised when a configuration value (a limit, a policy, an engine option, a log level) is not valid."""
+
+
 def _show(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

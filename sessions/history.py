@@ -88,6 +88,12 @@ def append_turn(session: Session, user: str, assistant: str, *, now: float | Non
     return msgspec.structs.replace(session, messages=session.messages + turn)
 
 
+def append_user(session: Session, user: str, *, now: float | None = None) -> Session:
+    """Add a user message (the prompt of a turn whose reply is not there yet)."""
+    _check_text(user, "user")
+    return msgspec.structs.replace(session, messages=(*session.messages, Message("user", user, _now(now))))
+
+
 def append_reply(session: Session, assistant: str, *, now: float | None = None) -> Session:
     """Add the reply to a session whose last message is an unanswered user message (after `edit`)."""
     if not session.messages or session.messages[-1].role != "user":

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runtime.engine import Engine, EngineConfig
-from tests.models import write_all
+from runtime.testing.tiny_models import write_all
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)
 

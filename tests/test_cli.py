@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -108,7 +107,6 @@ def test_demo_greedy_affinity_and_disk_tier(tiny_llama: Path, tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_demo_on_smollm2(smollm2_path: Path) -> None:
-    start = time.monotonic()
     r = turnstile("demo", "--max-tokens", "32", "--seed", "1", "--threads", "1", timeout=180)
     assert r.returncode == 0, r.stderr
     assert smollm2_path.name in r.stdout.splitlines()[0]
@@ -119,7 +117,6 @@ def test_demo_on_smollm2(smollm2_path: Path) -> None:
         before = first[row["agent"]]
         assert int(row["cached"]) >= int(before["prompt"]) + int(before["generated"]) - 3, (row, before)
         assert row["source"] == "ram"  # another agent had the slot in between
-    assert time.monotonic() - start < 120
 
 
 CHAT_SCRIPT = """\

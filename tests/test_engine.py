@@ -10,7 +10,7 @@ import pytest
 
 from runtime.engine import Engine, MemoryKind
 from runtime.errors import ContextOverflow, ModelLoadError
-from tests.models import KINDS
+from runtime.testing.tiny_models import KINDS
 
 ARCHS = ["llama", "mamba", "jamba", "gemma3"]
 PROMPT = "<|im_start|>user\nhello world, tell me a story about the sea<|im_end|>\n<|im_start|>assistant\n"

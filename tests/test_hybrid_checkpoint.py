@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from caches import HybridCheckpoint, HybridCheckpointCache
-from caches.hybrid_checkpoint import close_context_caches, registered_caches
+from caches.llama_cache import HybridCheckpoint, HybridCheckpointCache
+from caches.llama_cache.hybrid_checkpoint import close_context_caches, registered_caches
 from runtime.engine import Engine
 
 TEXT = "hello world the cat and the dog tell me a story about the sea and the ship " * 2

@@ -17,6 +17,7 @@ from llama_cpp.llama import LlamaState
 from structlog.testing import capture_logs
 
 import caches
+import caches.llama_cache
 from caches.llama_cache import (
     BaseLlamaCache,
     HybridCheckpoint,
@@ -27,8 +28,8 @@ from caches.llama_cache import (
     LlamaTrieCache,
     TrieNode,
 )
-from caches.llama_cache_base import common_prefix_len
-from caches.llama_cache_disk import decode_key, decode_state, encode_key, encode_state
+from caches.llama_cache.base import common_prefix_len
+from caches.llama_cache.disk import decode_key, decode_state, encode_key, encode_state
 
 
 class Fake:
@@ -97,9 +98,9 @@ def test_public_names() -> None:
         "HybridCheckpoint",
         "HybridCheckpointCache",
     ):
-        assert getattr(caches, name) is getattr(caches.llama_cache, name)
+        assert name in caches.llama_cache.__all__ and not hasattr(caches, name)
     assert LlamaCache is LlamaTrieCache
-    assert HybridCheckpoint.__module__ == "caches.hybrid_checkpoint"
+    assert HybridCheckpoint.__module__ == "caches.llama_cache.hybrid_checkpoint"
     assert issubclass(HybridCheckpointCache, BaseLlamaCache)
     # our caches are llama-cpp-python caches too
     assert issubclass(BaseLlamaCache, llama_cpp.llama_cache.BaseLlamaCache)

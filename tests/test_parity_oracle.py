@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import _workload
-from benchmarks._llama_server import LlamaServer
+from runtime.backend import SlotRequest
 from runtime.engine import Engine, EngineConfig
-from runtime.slot import Slot, SlotRequest
+from runtime.slot import Slot
+from runtime.testing import workloads as _workload
+from runtime.testing.llama_server import LlamaServer
 from sessions import Sampling
 
 ENV = "TURNSTILE_LLAMA_SERVER"
@@ -138,7 +139,9 @@ def play_turnstile(model: Path, n_conv: int, n_turn: int, cache_ram_mib: int) ->
             msgs = history(c, t, replies)
             r = eng.render(msgs)
             res = slot.run(
-                SlotRequest(prompt=r.tokens, sampling=GREEDY, max_tokens=MAX_TOKENS, user_starts=r.user_starts)
+                SlotRequest(
+                    prompt=r.tokens, sampling=GREEDY.with_overrides(max_tokens=MAX_TOKENS), user_starts=r.user_starts
+                )
             )
             replies[c, t] = res.text
             out.append(
@@ -240,9 +243,7 @@ def test_penalties_and_stop_strings_match_llama_server(binary: str, smollm2_path
                     got = slot.run(
                         SlotRequest(
                             prompt=r.tokens,
-                            sampling=Sampling(seed=SEED, **sampling),  # type: ignore[arg-type]
-                            max_tokens=MAX_TOKENS,
-                            stop=stop,
+                            sampling=Sampling(seed=SEED, max_tokens=MAX_TOKENS, stop=stop, **sampling),  # type: ignore[arg-type]
                             user_starts=r.user_starts,
                         )
                     )

@@ -12,7 +12,7 @@ import anyio
 import pytest
 import structlog
 
-from runtime import ContextOverflow, QueueFull, Reply, RequestTimeout, Runtime, RuntimeClosed
+from runtime import ContextOverflow, Reply, Runtime
 from sessions import InvalidSampling, InvalidSessionId, SessionNotFound
 
 OPTS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1, "cache_ram_mib": 256}
@@ -92,7 +92,7 @@ async def test_random_cancellations_leave_no_trace(tiny_llama: Path) -> None:
                 tg.start_soon(stream_then_leave)
                 for s in range(n_s):
                     tg.start_soon(session, s)
-        assert (await rt.get_session("z")).messages == ()
+        assert not rt.store.exists("z")  # created by its first committed turn: there was none
         assert len(cancelled) >= 5
         where = {e["where"] for e in logs if e["event"] == "request.cancelled"}
         assert where == {"queued", "running"}  # both kinds of cancellation happened
@@ -112,47 +112,6 @@ async def test_random_cancellations_leave_no_trace(tiny_llama: Path) -> None:
             assert [(await rt.chat(f"s{s}", user_msg(s, t), **GEN)).text for t in range(n_t)] == expected[f"s{s}"]
 
 
-async def test_queue_full_timeout_and_closed(tiny_llama: Path) -> None:
-    async with Runtime.open(tiny_llama, max_queued=2, **OPTS) as rt:
-        long = {"max_tokens": 400, "temperature": 0.0, "ignore_eos": True}
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: rt.chat("a", "go on for a while", **long))
-            await anyio.sleep(0.05)  # "a" is running now
-            tg.start_soon(lambda: rt.chat("b", "queued one", **GEN))
-            tg.start_soon(lambda: rt.chat("c", "queued two", **GEN))
-            await anyio.sleep(0.01)
-            with pytest.raises(QueueFull):
-                await rt.chat("d", "no room", **GEN)
-        assert rt.stats().scheduler.rejected == 1
-        assert not await anyio.to_thread.run_sync(rt.store.exists, "d")
-        with pytest.raises(RequestTimeout):
-            await rt.chat("e", "too slow", timeout=0.05, max_tokens=1500, temperature=0.0, ignore_eos=True)
-        assert (await rt.get_session("e")).messages == ()
-        # the next turn is exact after the timed-out one
-        r1 = await rt.chat("f", "hello", **GEN)
-    async with Runtime.open(tiny_llama, **OPTS) as rt2:
-        assert (await rt2.chat("f", "hello", **GEN)).text == r1.text
-        queued: list[BaseException] = []
-
-        async def victim() -> None:
-            try:
-                await rt2.chat("g", "never runs", **GEN)
-            except RuntimeClosed as e:
-                queued.append(e)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(
-                lambda: rt2.chat("h", "runs while closing", max_tokens=1000, temperature=0.0, ignore_eos=True)
-            )
-            await anyio.sleep(0.01)
-            tg.start_soon(victim)
-            await anyio.sleep(0.01)
-            await rt2.aclose()
-        assert len(queued) == 1
-        with pytest.raises(RuntimeClosed):
-            await rt2.chat("h", "after close", **GEN)
-
-
 async def test_bad_input_is_refused_before_queueing(tiny_llama: Path) -> None:
     async with Runtime.open(tiny_llama, **OPTS) as rt:
         with pytest.raises(InvalidSessionId):
@@ -167,32 +126,12 @@ async def test_bad_input_is_refused_before_queueing(tiny_llama: Path) -> None:
         assert await rt.list_sessions() == []
         # a prompt longer than the context: typed error, the session and the slot unchanged
         ok = await rt.chat("ok", "hi", **GEN)
-        slot_tokens = list(rt.slot.tokens)
+        slot_tokens = list(rt.backend.slot.tokens)
         with pytest.raises(ContextOverflow):
             await rt.chat("ok", "the sea " * 3000, **GEN)
         assert [m.content for m in (await rt.get_session("ok")).messages] == ["hi", ok.text]
-        assert rt.slot.tokens == slot_tokens
+        assert rt.backend.slot.tokens == slot_tokens
         assert (await rt.chat("ok", "again", **GEN)).usage.cached_tokens > 0
-
-
-async def test_event_loop_keeps_ticking_during_generation(tiny_llama: Path) -> None:
-    async with Runtime.open(tiny_llama, n_ctx=4096, n_threads=1, cache_ram_mib=64) as rt:
-        ticks = 0
-        done = anyio.Event()
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while not done.is_set():
-                await anyio.sleep(0.05)
-                ticks += 1
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker)
-            with anyio.move_on_after(2.0):
-                await rt.chat("t", "write a very long story", max_tokens=3900, temperature=0.0, ignore_eos=True)
-                pytest.fail("the generation should last longer than 2 s")  # pragma: no cover
-            done.set()
-        assert ticks >= 20
 
 
 async def test_stream_pieces_add_up_to_the_reply(tiny_llama: Path) -> None:
@@ -289,7 +228,7 @@ async def test_data_dir_runtime_resumes_after_restart(tiny_llama: Path, tmp_path
         for s in range(3):
             sid = f"r{s}"
             assert (await rt.get_session(sid)).messages == before[sid]
-            prompt = rt.engine.render(
+            prompt = rt.backend.engine.render(
                 [*(await rt.get_session(sid)).chat_messages(), {"role": "user", "content": user_msg(s, 1)}]
             ).tokens
             r = await rt.chat(sid, user_msg(s, 1), **GEN)

@@ -10,9 +10,10 @@ import pytest
 
 from caches.disk_tier import DiskTier
 from caches.prompt_cache import lcp
+from runtime.backend import SlotRequest, SlotResult
 from runtime.engine import Engine, EngineConfig
 from runtime.errors import ContextOverflow
-from runtime.slot import Slot, SlotRequest, SlotResult
+from runtime.slot import Slot
 from sessions import Sampling
 
 GREEDY = Sampling(temperature=0.0)
@@ -28,10 +29,11 @@ class Chat:
     system: str
     messages: list[dict[str, str]] = field(default_factory=list)
 
-    def request(self, eng: Engine, user: str, **kw: object) -> SlotRequest:
+    def request(self, eng: Engine, user: str, stop: tuple[str, ...] = (), **kw: object) -> SlotRequest:
         msgs = [{"role": "system", "content": self.system}, *self.messages, {"role": "user", "content": user}]
         r = eng.render(msgs)
-        return SlotRequest(prompt=r.tokens, sampling=GREEDY, max_tokens=N_GEN, user_starts=r.user_starts, **kw)  # type: ignore[arg-type]
+        sampling = GREEDY.with_overrides(max_tokens=N_GEN, stop=stop)
+        return SlotRequest(prompt=r.tokens, sampling=sampling, user_starts=r.user_starts, **kw)  # type: ignore[arg-type]
 
     def commit(self, user: str, res: SlotResult) -> None:
         self.messages += [{"role": "user", "content": user}, {"role": "assistant", "content": res.text}]
@@ -196,9 +198,9 @@ def test_too_long_prompt_raises_before_anything_changes(engines: Callable[[str],
     slot.run(chat.request(eng, "hello"))
     before = list(slot.tokens)
     with pytest.raises(ContextOverflow):
-        slot.run(SlotRequest(prompt=[10] * eng.n_ctx, sampling=GREEDY, max_tokens=4))
+        slot.run(SlotRequest(prompt=[10] * eng.n_ctx, sampling=GREEDY.with_overrides(max_tokens=4)))
     with pytest.raises(ContextOverflow):
-        slot.run(SlotRequest(prompt=[10] * 100, sampling=GREEDY, max_tokens=eng.n_ctx, reserve=True))
+        slot.run(SlotRequest(prompt=[10] * 100, sampling=GREEDY.with_overrides(max_tokens=eng.n_ctx), reserve=True))
     assert slot.tokens == before
     assert eng.pos_max() == len(before) - 1
 
@@ -212,7 +214,7 @@ def test_stop_string_is_cut_and_streamed_pieces_add_up(engines: Callable[[str], 
     stop = base.text[2:4]
     pieces: list[str] = []
     slot.reset()
-    res = slot.run(chat.request(eng, "hello", stop=[stop], on_piece=pieces.append))
+    res = slot.run(chat.request(eng, "hello", stop=(stop,), on_piece=pieces.append))
     assert res.finish_reason == "stop"
     assert res.text == base.text[: base.text.find(stop)]
     assert "".join(pieces) == res.text

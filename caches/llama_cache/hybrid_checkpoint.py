@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import llama_cpp
-import structlog
 
-from caches.llama_cache_base import BaseLlamaCache
+from caches.llama_cache.base import BaseLlamaCache
+from sessions.log import get_logger
 
 __all__ = ["HybridCheckpoint", "HybridCheckpointCache", "close_context_caches", "registered_caches"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _DICT_ERROR = "HybridCheckpointCache: pls use save_checkpoint or restore_checkpoint method"
 

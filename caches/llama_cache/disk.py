@@ -32,31 +32,29 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 import zlib
-from array import array
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import diskcache
 import numpy as np
-import structlog
 
-from caches.llama_cache_base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len
+from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len
+from caches.tokens import tokens_from_bytes, tokens_to_bytes
+from sessions.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState
 
 __all__ = ["LlamaDiskCache", "StateFormatError", "decode_key", "decode_state", "encode_key", "encode_state"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAGIC = b"LCST"
 VERSION = 1
 _HEAD = struct.Struct("<4sHHqqQQQQQ")
 _CRC = struct.Struct("<I")
 
-assert array("i").itemsize == 4
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
 
@@ -71,21 +69,15 @@ class StateFormatError(ValueError):
 
 def encode_key(tokens: Sequence[int]) -> bytes:
     """A token sequence as the disk cache's key: little-endian int32 bytes (`OverflowError` if a token does not fit)."""
-    arr = array("i", tokens)
-    if sys.byteorder == "big":
-        arr.byteswap()
-    return arr.tobytes()
+    return tokens_to_bytes(tokens)
 
 
 def decode_key(raw: bytes) -> tuple[int, ...]:
     """The token sequence of a disk cache key."""
-    if len(raw) % 4:
-        raise StateFormatError("key", f"{len(raw)} bytes is not a whole number of int32 tokens")
-    arr = array("i")
-    arr.frombytes(raw)
-    if sys.byteorder == "big":
-        arr.byteswap()
-    return tuple(arr)
+    try:
+        return tokens_from_bytes(raw)
+    except ValueError as e:
+        raise StateFormatError("key", str(e)) from None
 
 
 def encode_state(value: LlamaState) -> bytes:

@@ -7,9 +7,9 @@ caches: a completion whose prompt shares a prefix with a cached state loads it i
   common prefix with the query, even if that key then diverges from it (a linear scan).
 - `LlamaTrieCache` (alias `LlamaCache`): in memory, LRU by bytes; lookup picks the longest cached key
   that is wholly a prefix of the query, in O(len(query)) through a token trie.
-- `LlamaDiskCache` (`caches.llama_cache_disk`): a diskcache directory, RAM-cache lookup semantics,
+- `LlamaDiskCache` (`caches.llama_cache.disk`): a diskcache directory, RAM-cache lookup semantics,
   states stored as explicit bytes (no pickles).
-- `HybridCheckpoint`, `HybridCheckpointCache` (`caches.hybrid_checkpoint`): partial-state checkpoints
+- `HybridCheckpoint`, `HybridCheckpointCache` (`caches.llama_cache.hybrid_checkpoint`): partial-state checkpoints
   for recurrent, hybrid and sliding-window models.
 
 All return the stored state as it is (no truncation to the matched prefix). Sizes are
@@ -25,11 +25,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
-from caches.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
-from caches.llama_cache_base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
-from caches.llama_cache_disk import LlamaDiskCache
+from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
+from caches.llama_cache.disk import LlamaDiskCache
+from caches.llama_cache.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
+from sessions.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState
@@ -45,7 +44,7 @@ __all__ = [
     "TrieNode",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _event(verbose: bool, event: str, **kw: Any) -> None:

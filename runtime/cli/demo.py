@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from runtime.api import Runtime
-from runtime.cli_term import AGENT_COLOURS, Progress, Style, seconds, table, wants_colour
+from runtime.cli.term import AGENT_COLOURS, Progress, Style, seconds, table, wants_colour
 from runtime.reply import Reply
 
 
@@ -169,7 +169,7 @@ class RoundTable:
             await rt.create_session(f"demo-{p.name}", system=p.system, **self.sampling)
         names = ", ".join(self.label(i) for i in range(len(personas)))
         rounds = f"{args.rounds} round{'s' if args.rounds != 1 else ''}"
-        self.out.write(f"Round table on {args.topic}: {names} ({rt.engine.path.name}, {rounds})\n")
+        self.out.write(f"Round table on {args.topic}: {names} ({rt.backend.name}, {rounds})\n")
         started = time.perf_counter()
         heard: dict[str, list[tuple[str, str]]] = {p.name: [] for p in personas}
         for rnd in range(1, args.rounds + 1):

@@ -17,7 +17,7 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from runtime.api import Runtime
-from runtime.cli_term import Progress, Style, is_tty, seconds, size, wants_colour
+from runtime.cli.term import Progress, Style, is_tty, seconds, size, wants_colour
 from runtime.errors import TurnstileError
 from runtime.reply import Reply
 from sessions.errors import SessionNotFound

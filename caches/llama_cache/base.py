@@ -12,14 +12,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import llama_cpp.llama_cache as _upstream
-import structlog
+
+from caches.tokens import lcp
+from sessions.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState
 
 __all__ = ["DEFAULT_CAPACITY_BYTES", "BaseLlamaCache", "common_prefix_len", "state_nbytes"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_CAPACITY_BYTES = 2 << 30
 """2 GiB, the default `capacity_bytes` of every cache."""
@@ -42,29 +44,8 @@ def state_nbytes(value: object) -> int:
     return size
 
 
-def common_prefix_len(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
-    """Length of the longest common prefix of two tuples (or two bytes strings).
-
-    Tuples: compares slices (C loops) and bisects on the first mismatch, instead of a Python loop per
-    token: O(K) element comparisons, O(log K) Python steps. Bytes: one XOR of the two as big integers,
-    whose highest set bit is in the first differing byte.
-    """
-    n = min(len(a), len(b))
-    if isinstance(a, bytes) and isinstance(b, bytes):
-        diff = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
-        return n - (diff.bit_length() + 7) // 8
-    if n == 0 or a[0] != b[0]:
-        return 0
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 1, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+common_prefix_len = lcp
+"""Length of the longest common prefix of two token tuples (or two bytes strings): `caches.tokens.lcp`."""
 
 
 class BaseLlamaCache(_upstream.BaseLlamaCache):

@@ -16,8 +16,9 @@ from typing import Any
 
 import anyio
 
-from runtime import cli_chat, cli_demo
-from runtime.cli_term import is_tty
+from runtime.cli import chat as cli_chat
+from runtime.cli import demo as cli_demo
+from runtime.cli.term import is_tty
 from runtime.errors import ModelLoadError, TurnstileError
 from runtime.logs import configure_logging
 from runtime.models import DEFAULT_FILE, INSTALL_HINT, default_model_path

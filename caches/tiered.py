@@ -1,0 +1,202 @@
+"""The tiered cache: llama-server's RAM prompt cache, and behind it an optional disk tier.
+
+It owns what happens to slot states between requests: when the slot is saved (llama-server's rules),
+which cached state replaces it (RAM first, then disk), what spills to disk (every state that leaves RAM,
+and a state too large for RAM), what is written on close, and where a conversation's state is now (for
+the scheduler's affinity policy). The slot keeps only the sequence mechanics and calls `update` once
+per request. Generic over the state type `S`; the disk tier stores `codec.encode(state)` bytes.
+
+Synchronous and not thread-safe: the slot's worker thread is its only caller (`where` reads a snapshot
+that is rebuilt only when the entries changed, so the event loop may call it between requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeVar
+
+from caches.disk_tier import DiskTier
+from caches.prompt_cache import Entry, PromptCache, pick_better
+from caches.tokens import lcp
+from sessions.log import get_logger
+
+__all__ = ["Location", "StateCodec", "Swap", "TieredCache", "TieredCacheStats"]
+
+log = get_logger(__name__)
+
+S = TypeVar("S")
+Location = Literal["ram", "disk", "none"]
+
+
+class StateCodec(Protocol[S]):
+    """How a state becomes bytes for the disk tier and back, and what it weighs in RAM."""
+
+    def encode(self, state: S) -> bytes: ...
+
+    def decode(self, data: bytes) -> S: ...
+
+    def nbytes(self, state: S) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """What one `update` did: where a loaded state came from (None: the slot was kept) and the bytes moved."""
+
+    source: Literal["ram", "disk"] | None
+    saved: int
+    restored: int
+
+
+@dataclass(frozen=True, slots=True)
+class TieredCacheStats:
+    """Loads by tier and what RAM holds now."""
+
+    swaps: int
+    """Updates that replaced the slot's state."""
+    ram_loads: int
+    disk_loads: int
+    ram_entries: int
+    ram_bytes: int
+    spilled: int
+    """States written to the disk tier."""
+
+
+class TieredCache(Generic[S]):
+    """RAM prompt cache (`ram`, None: off) + disk tier (`disk`, None: off) for one slot."""
+
+    def __init__(
+        self,
+        ram: PromptCache[S] | None,
+        disk: DiskTier | None,
+        codec: StateCodec[S],
+        *,
+        similarity: float = 0.1,
+        retain_partial: bool = True,
+    ) -> None:
+        self.ram = ram
+        self.disk = disk
+        self.codec = codec
+        self.similarity = similarity
+        # turnstile's rule (not llama-server's): an entry a prompt uses only in part stays cached
+        self.retain_partial = retain_partial
+        self._swaps = self._ram_loads = self._disk_loads = self._spilled = 0
+        self._ram_keys: tuple[int, frozenset[int]] = (-1, frozenset())
+        self._disk_keys: set[int] = set()
+
+    # --- one request ------------------------------------------------------------------------------
+
+    def update(
+        self,
+        slot: Sequence[int],
+        prompt: Sequence[int],
+        nbytes: Callable[[], int],
+        snapshot: Callable[[], S],
+        load: Callable[[list[int], S], bool],
+    ) -> Swap:
+        """llama-server's prompt cache update for a request, with the disk tier behind RAM.
+
+        `nbytes()` is the slot's state size, `snapshot()` copies it (called only if it is stored), `load`
+        moves a cached state into the slot (False: refused, the slot is then empty).
+        """
+        if not PromptCache.wants_update(slot, prompt, self.similarity):
+            return Swap(None, 0, 0)
+        slot = list(slot)
+        saved = restored = 0
+        source: Literal["ram", "disk"] | None = None
+        evicted: list[Entry[S]] = []
+        size = nbytes() if slot else 0
+        ram = self.ram
+        if ram is not None:
+            if ram.save(slot, size, snapshot):
+                saved = size
+                log.debug("cache.save", n_tokens=len(slot), nbytes=size)
+            evicted += ram.drain_evicted()
+        if not saved and slot and self.disk is not None and (ram is None or 0 < ram.limit_bytes < size):
+            saved = self._spill(slot, snapshot())  # too large for RAM (or no RAM cache): the disk keeps it
+        if ram is not None:
+            better = ram.take_better(slot, prompt, retain_partial=self.retain_partial)
+            if better is not None:
+                if load(*better):
+                    source, restored = "ram", self.codec.nbytes(better[1])
+                    self._ram_loads += 1
+                slot = better[0] if source else []  # a refused state leaves the slot empty
+        if source is None and self.disk is not None:
+            # what the save pushed out of RAM goes to disk first: it may be this very conversation's state
+            self._spill_all(evicted)
+            evicted = []
+            found = self._from_disk(slot, prompt)
+            if found is not None and load(found[0], found[1]):
+                source, restored, slot = "disk", found[2], found[0]
+                self._disk_loads += 1
+        if ram is not None:
+            evicted += ram.update()
+        self._spill_all(evicted)
+        if source is not None:
+            self._swaps += 1
+            log.info("cache.load", source=source, n_tokens=len(slot), nbytes=restored)
+        return Swap(source, saved, restored)
+
+    def _from_disk(self, slot: list[int], prompt: Sequence[int]) -> tuple[list[int], S, int] | None:
+        """The disk tier's best state for `prompt` if it beats the slot (llama-server's load rule)."""
+        assert self.disk is not None
+        found = self.disk.find(prompt, better_than=lcp(slot, prompt))
+        if found is None or pick_better([found[0]], slot, prompt) != 0:
+            return None
+        tokens, data = found
+        try:
+            state = self.codec.decode(data)
+        except ValueError as e:  # msgspec.DecodeError is a ValueError
+            log.warning("cache.disk_state_undecodable", n_tokens=len(tokens), error=str(e))
+            self.disk.remove(tokens)
+            return None
+        return tokens, state, len(data)
+
+    def _spill(self, tokens: Sequence[int], state: S) -> int:
+        """Write a state to the disk tier; the bytes written (0: no tier, empty, or refused)."""
+        if self.disk is None or not tokens:
+            return 0
+        data = self.codec.encode(state)
+        if not self.disk.put(tokens, data):
+            return 0
+        self._spilled += 1
+        self._disk_keys.add(hash(tuple(tokens)))
+        return len(data)
+
+    def _spill_all(self, entries: Sequence[Entry[S]]) -> int:
+        return sum(self._spill(e.tokens, e.state) for e in entries)
+
+    # --- lifetime ---------------------------------------------------------------------------------
+
+    def flush(self, slot: Sequence[int], snapshot: Callable[[], S]) -> int:
+        """Write every RAM entry and the slot's own state to the disk tier (on close); bytes written."""
+        if self.disk is None:
+            return 0
+        n = self._spill_all(list(self.ram.entries)) if self.ram is not None else 0
+        if slot:
+            n += self._spill(slot, snapshot())
+        log.info("cache.flush", nbytes=n)
+        return n
+
+    # --- questions --------------------------------------------------------------------------------
+
+    def where(self, key: int) -> Location:
+        """Where the state whose tokens hash to `key` is: RAM, disk (written by this process), or none."""
+        if self.ram is not None:
+            version = self.ram.version
+            if self._ram_keys[0] != version:  # rebuilt once per change, not once per question
+                self._ram_keys = (version, frozenset(hash(e.tokens) for e in self.ram.entries))
+            if key in self._ram_keys[1]:
+                return "ram"
+        return "disk" if key in self._disk_keys else "none"
+
+    def stats(self) -> TieredCacheStats:
+        ram = self.ram
+        return TieredCacheStats(
+            swaps=self._swaps,
+            ram_loads=self._ram_loads,
+            disk_loads=self._disk_loads,
+            ram_entries=len(ram) if ram is not None else 0,
+            ram_bytes=ram.nbytes if ram is not None else 0,
+            spilled=self._spilled,
+        )

@@ -1,0 +1,130 @@
+"""What the Runtime needs from the slot side (`SlotBackend`), the request and result it passes, and the
+llama.cpp implementation (`LlamaBackend`: an engine, its chat template, the slot and its tiered cache).
+
+`runtime.testing.ScriptedBackend` is the other implementation: scripted replies and gates, no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from caches.disk_tier import DiskTier, DiskTierStats
+from caches.tiered import Location
+from runtime.chat_template import RenderedChat
+from runtime.types import CacheSource, FinishReason
+from sessions import Sampling
+
+__all__ = ["LlamaBackend", "SlotBackend", "SlotRequest", "SlotResult"]
+
+
+@dataclass
+class SlotRequest:
+    """One completion for the slot: a tokenized prompt and how to generate."""
+
+    prompt: Sequence[int]
+    sampling: Sampling = field(default_factory=Sampling)  # max_tokens None: until the context is full
+    user_starts: Sequence[int] = ()  # token index of each user message (checkpoint boundaries)
+    reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
+    cancel: Callable[[], bool] = lambda: False
+    on_piece: Callable[[str], None] | None = None
+    request_id: int = 0
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """What a request did: its text and where every token came from."""
+
+    text: str
+    finish_reason: FinishReason
+    tokens: list[int]  # generated tokens (an end-of-generation token included)
+    prompt_tokens: int
+    cached_tokens: int  # llama-server's cache_n
+    prefilled_tokens: int  # llama-server's prompt_n
+    cache_source: CacheSource
+    bytes_saved: int
+    bytes_restored: int
+    t_cache: float
+    t_prefill: float
+    t_decode: float
+    t_first_token: float | None  # seconds from start to the first generated token
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class SlotBackend(Protocol):
+    """The slot side of a Runtime. `prepare`, `run` and `close` run in the one worker thread;
+    `locate`, `state_key`, `stats` and `disk_stats` are read on the event loop between requests."""
+
+    n_ctx: int
+    name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
+
+    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
+        """Render and tokenize a conversation (with the message starts the slot's checkpoints need)."""
+        ...
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        """Run one request on the slot; raises ContextOverflow (nothing changed) or DecodeError."""
+        ...
+
+    def state_key(self) -> int:
+        """A key for what the slot holds now (read right after `run`, for the affinity policy)."""
+        ...
+
+    def locate(self, key: int) -> Location:
+        """Where a state with this key is, if not in the slot: RAM, disk or none."""
+        ...
+
+    def stats(self) -> Any:
+        """The slot's counters (`SlotStats` for `LlamaBackend`)."""
+        ...
+
+    def disk_stats(self) -> DiskTierStats | None: ...
+
+    def close(self) -> None:
+        """Write what should survive to the disk tier and free everything."""
+        ...
+
+
+class LlamaBackend:
+    """The real backend: an `Engine`, its `Slot` (with the tiered cache) and the optional disk tier."""
+
+    def __init__(self, engine: Any, slot: Any, disk: DiskTier | None = None) -> None:
+        self.engine = engine
+        self.slot = slot
+        self.disk = disk
+        self.n_ctx: int = engine.n_ctx
+        self.name: str = engine.path.name
+
+    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
+        rendered: RenderedChat = self.engine.render(messages, spans=self.engine.needs_checkpoints)
+        return rendered
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        result: SlotResult = self.slot.run(req)
+        return result
+
+    def state_key(self) -> int:
+        return hash(tuple(self.slot.tokens))
+
+    def locate(self, key: int) -> Location:
+        where: Location = self.slot.cache.where(key)
+        return where
+
+    def stats(self) -> Any:
+        return self.slot.stats()
+
+    def disk_stats(self) -> DiskTierStats | None:
+        return self.disk.stats() if self.disk is not None else None
+
+    def close(self) -> None:
+        try:
+            self.slot.flush()
+        finally:
+            if self.disk is not None:
+                self.disk.close()
+            self.engine.close()

@@ -1,0 +1,79 @@
+"""Chat templating: a conversation rendered with the model's own Jinja template and tokenized.
+
+`ChatTemplate` wraps llama-cpp-python's Jinja2 chat formatter (the GGUF `tokenizer.chat_template`)
+and finds where each message starts in the tokens (the slot's checkpoint boundaries).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from caches.tokens import lcp
+from runtime.errors import ModelLoadError
+
+Tokenize = Callable[[str], list[int]]
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """A chat rendered with the model's template and tokenized, with where each message starts."""
+
+    text: str
+    tokens: list[int]
+    message_starts: list[int]  # token index where message i starts (same order as the messages)
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def user_starts(self) -> list[int]:
+        return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
+
+
+class ChatTemplate:
+    """The model's chat template: renders message lists to text and to tokens."""
+
+    def __init__(self, template: str | None, *, eos: str, bos: str, tokenize: Tokenize, model: str = "") -> None:
+        self.source = template
+        self._eos, self._bos = eos, bos
+        self._tokenize = tokenize
+        self._model = model
+        self._formatter: Any = None
+
+    def _chat_formatter(self) -> Any:
+        if self._formatter is None:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            if not self.source:
+                raise ModelLoadError(self._model, "the model has no chat template (tokenizer.chat_template)")
+            self._formatter = Jinja2ChatFormatter(
+                template=self.source, eos_token=self._eos, bos_token=self._bos, add_generation_prompt=True
+            )
+        return self._formatter
+
+    def render_text(self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        fmt = self._chat_formatter()
+        fmt.add_generation_prompt = add_generation_prompt
+        try:
+            return str(fmt(messages=list(messages)).prompt)
+        finally:
+            fmt.add_generation_prompt = True
+
+    def render(
+        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
+    ) -> RenderedChat:
+        """Render a chat with the model's own template, tokenize it and find each message's first token.
+
+        Finding the starts tokenizes every prefix of the chat; `spans=False` skips it (only models that take
+        checkpoints need them) and leaves `message_starts` empty.
+        """
+        text = self.render_text(messages, add_generation_prompt=add_generation_prompt)
+        tokens = self._tokenize(text)
+        if not spans:
+            return RenderedChat(text=text, tokens=tokens, message_starts=[], roles=[])
+        starts: list[int] = [0] if messages else []
+        for i in range(1, len(messages)):
+            # message i starts where the rendering of the messages before it stops matching
+            part = self._tokenize(self.render_text(messages[:i], add_generation_prompt=False))
+            starts.append(lcp(part, tokens))
+        return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[m["role"] for m in messages])

@@ -1,0 +1,8 @@
+"""Test support shipped with the library: a scripted slot backend with gates (`ScriptedBackend`, `Gate`),
+tiny generated GGUF models (`runtime.testing.tiny_models`, needs the `gguf` package), the conversations
+tests and benchmarks share (`runtime.testing.workloads`) and a llama-server process wrapper for oracles
+(`runtime.testing.llama_server`)."""
+
+from runtime.testing.scripted import Gate, ScriptedBackend, ScriptedStats
+
+__all__ = ["Gate", "ScriptedBackend", "ScriptedStats"]

@@ -1,0 +1,171 @@
+"""A scripted slot backend for deterministic tests of everything above the slot (queue, policies,
+cancellation, timeouts, close, commits) and for overhead benchmarks: no model, no sleeps.
+
+`ScriptedBackend` renders a conversation to one token per character of a plain `role: content` text,
+answers with `reply(messages)` (default: `"echo: <last message>"`), streams it a word at a time, and
+keeps the last conversation's tokens as "the slot", so `cached_tokens` behaves like a one-entry cache.
+
+A `Gate` holds a turn inside `run` (in the worker thread) until the test opens it, and tells the test
+when the turn has arrived there:
+
+    gate = backend.hold("a")             # the next turn of session "a" waits at the gate
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.chat, "a", "hi")
+        await gate.arrived()             # "a" is running now, in the worker thread
+        ...                              # queue more, cancel, time out, close: all deterministic
+        gate.open()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import anyio.from_thread
+
+from caches.disk_tier import DiskTierStats
+from caches.tiered import Location
+from caches.tokens import lcp
+from runtime.backend import SlotRequest, SlotResult
+from runtime.chat_template import RenderedChat
+from runtime.errors import ContextOverflow
+from runtime.types import FinishReason
+
+__all__ = ["Gate", "ScriptedBackend", "ScriptedStats"]
+
+
+class Gate:
+    """Holds one scripted turn in the worker thread until `open()`; `arrived()` waits until it is there.
+
+    Make it on the event loop (it captures the loop to signal arrival). A held turn also ends when the
+    request is cancelled (it then returns `finish_reason="cancelled"`, as the real slot does).
+    """
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+        self._arrived = anyio.Event()
+        self._token = anyio.lowlevel.current_token()
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def arrived(self) -> None:
+        await self._arrived.wait()
+
+    def _wait(self, cancelled: Callable[[], bool]) -> bool:
+        """Worker thread: signal arrival, wait until opened; False if the request was cancelled first."""
+        anyio.from_thread.run_sync(self._arrived.set, token=self._token)
+        while not self._open.wait(0.002):  # the gate or a cancellation, whichever comes first
+            if cancelled():
+                return False
+        return True
+
+
+class ScriptedStats:
+    """Counters of a `ScriptedBackend`."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.generated_tokens = 0
+
+
+def _echo(messages: Sequence[dict[str, Any]]) -> str:
+    return f"echo: {messages[-1].get('content', '')}" if messages else "echo:"
+
+
+class ScriptedBackend:
+    """A `SlotBackend` without a model; replies come from `reply(messages)`."""
+
+    def __init__(self, reply: Callable[[Sequence[dict[str, Any]]], str] = _echo, *, n_ctx: int = 1 << 20) -> None:
+        self.reply = reply
+        self.n_ctx = n_ctx
+        self.name = "scripted"
+        self.tokens: list[int] = []
+        self.closed = False
+        self.runs: list[str] = []  # session ids in the order their turns ran
+        self._gates: dict[str, list[Gate]] = {}
+        self._prepared: Sequence[dict[str, Any]] = ()  # prepare and run are called back to back, one thread
+        self._n = ScriptedStats()
+
+    def hold(self, session_id: str) -> Gate:
+        """A gate that the next (not yet held) turn of `session_id` waits at."""
+        gate = Gate()
+        self._gates.setdefault(session_id, []).append(gate)
+        return gate
+
+    # --- SlotBackend ---------------------------------------------------------------------------------
+
+    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
+        text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages) + "assistant: "
+        tokens = [ord(c) for c in text]
+        self._prepared = messages
+        return RenderedChat(text=text, tokens=tokens, message_starts=[], roles=[])
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        prompt = list(req.prompt)
+        if not prompt or len(prompt) >= self.n_ctx:
+            raise ContextOverflow(len(prompt), self.n_ctx)
+        self.runs.append(req.session_id)
+        messages, self._prepared = self._prepared, ()
+        gates = self._gates.get(req.session_id)
+        gate = gates.pop(0) if gates else None
+        cached = min(lcp(self.tokens, prompt), len(prompt) - 1)
+        finish: FinishReason = "stop"
+        text = ""
+        if gate is not None and not gate._wait(req.cancel):
+            finish = "cancelled"
+        else:
+            words = self.reply(messages).split(" ")
+            limit = req.sampling.max_tokens
+            for i, word in enumerate(words):
+                if req.cancel():
+                    finish = "cancelled"
+                    break
+                if limit is not None and i >= limit:
+                    finish = "length"
+                    break
+                piece = word if i == 0 else " " + word
+                text += piece
+                if req.on_piece is not None:
+                    req.on_piece(piece)
+        generated = [ord(c) for c in text]
+        self.tokens = prompt + generated
+        n = self._n
+        n.requests += 1
+        n.prompt_tokens += len(prompt)
+        n.cached_tokens += cached
+        n.generated_tokens += len(generated)
+        return SlotResult(
+            text=text,
+            finish_reason=finish,
+            tokens=generated,
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            prefilled_tokens=len(prompt) - cached,
+            cache_source="slot" if cached else "none",
+            bytes_saved=0,
+            bytes_restored=0,
+            t_cache=0.0,
+            t_prefill=0.0,
+            t_decode=0.0,
+            t_first_token=None,
+        )
+
+    def state_key(self) -> int:
+        return hash(tuple(self.tokens))
+
+    def locate(self, key: int) -> Location:
+        return "none"
+
+    def stats(self) -> ScriptedStats:
+        return self._n
+
+    def disk_stats(self) -> DiskTierStats | None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,27 @@
+"""Names shared across the runtime, defined once: why a turn ended, where its state came from, what a
+request is, which cache rules the slot follows."""
+
+from __future__ import annotations
+
+import enum
+from typing import Literal
+
+__all__ = ["CacheRules", "CacheSource", "FinishReason", "RequestKind"]
+
+FinishReason = Literal["stop", "length", "cancelled"]
+CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
+CacheRules = Literal["turnstile", "llama-server"]
+
+
+class RequestKind(enum.StrEnum):
+    """What a queued request does: a turn (chat, regenerate, edit, complete) or a store operation."""
+
+    CHAT = "chat"
+    REGENERATE = "regenerate"
+    EDIT = "edit"
+    COMPLETE = "complete"  # a reply to a given message list (stateless, or committed as a named transcript)
+    OP = "op"
+
+    @property
+    def is_turn(self) -> bool:
+        return self is not RequestKind.OP

@@ -1,0 +1,56 @@
+"""The context window: which messages of a long conversation make the prompt. Pure functions, no model.
+
+A conversation is split into turns: a turn starts at a user message and holds every message up to the
+next one (the reply, tool calls and their results), so a turn is never split. The system message (and
+messages marked `pinned`) are always kept. With the "window" policy, the prompt keeps the newest turns
+that fit; when they stop fitting, the oldest turns are dropped in one large step, down to `keep` of the
+budget, so that the following turns extend a cached prefix again until the window fills once more. The
+cut is a function of the history alone (replayed from the first turn), so every turn of a conversation,
+before and after a restart, sees the same cut points.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["KEEP", "Window", "plan", "turn_starts"]
+
+KEEP = 0.25
+"""After a cut the kept turns fill at most this fraction of the budget (chosen by the long-context benchmark)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The plan for one prompt: the first kept turn and how many messages were left out."""
+
+    first_turn: int
+    dropped_messages: int
+    fits: bool  # False: even the newest turn alone does not fit the budget
+
+
+def turn_starts(roles: Sequence[str]) -> list[int]:
+    """Index of each turn's first message (a user message; leading non-user messages form turn 0)."""
+    starts = [i for i, r in enumerate(roles) if r == "user"]
+    if roles and (not starts or starts[0] != 0):
+        starts.insert(0, 0)
+    return starts
+
+
+def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP) -> Window:
+    """Replay the cuts over turns of `turn_sizes` tokens (the last one is the turn being answered).
+
+    `fixed`: tokens always in the prompt (system, pinned messages, the generation prompt); `budget`: the
+    tokens the prompt may take (the context less the room for the reply). Returns the first kept turn.
+    """
+    first, total = 0, 0
+    for i, size in enumerate(turn_sizes):
+        total += size
+        if fixed + total <= budget:
+            continue
+        target = keep * budget
+        while first < i and fixed + total > target:
+            total -= turn_sizes[first]
+            first += 1
+    fits = not turn_sizes or fixed + total <= budget
+    return Window(first, 0, fits)
