@@ -26,7 +26,7 @@ from sessions.errors import StoreConfigError, StoreUnavailable
 from sessions.record import MAGIC, encode_record
 from sessions.redis import DEFAULT_PREFIX, RedisStore
 from tests.redis_server import RedisServer, free_port, running_redis, start_redis
-from tests.test_sessions_faults import LEGACY_RECORD
+from tests.test_sessions_faults import LEGACY_RECORD, check_sigkill_rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = Retry(NoBackoff(), 0)
@@ -284,3 +284,17 @@ def test_a_store_leaves_a_client_it_was_given_open(client: redis.Redis) -> None:
     with RedisStore(client) as store:
         store.create("s")
     assert client.exists("turnstile:session:s") == 1
+
+
+def test_sigkill_at_random_points_keeps_every_acknowledged_turn_exactly_once(
+    server: RedisServer, client: redis.Redis
+) -> None:
+    def stored_records() -> dict[str, bytes]:
+        records = {}
+        for key in client.keys("turnstile:session:*"):
+            value = client.get(key)
+            assert isinstance(key, bytes) and isinstance(value, bytes)
+            records[key.decode().removeprefix("turnstile:session:")] = value
+        return records
+
+    check_sigkill_rounds(server.url, lambda: RedisStore.from_url(server.url), stored_records)
