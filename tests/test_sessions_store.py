@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from sessions import (
     DiskStore,
@@ -29,7 +28,6 @@ from sessions import (
     history,
 )
 from sessions.base import StoreBase
-from sessions.redis import RedisStore
 from tests.redis_server import running_redis
 from tests.test_sessions_model import BAD_IDS, BAD_SAMPLING
 
@@ -64,6 +62,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBase]
     elif request.param == "disk":
         s = DiskStore(tmp_path, clock=Clock())
     else:
+        import redis  # only the Redis tests need the client library
+
+        from sessions.redis import RedisStore
+
         url = request.getfixturevalue("redis_url")
         with redis.Redis.from_url(url) as client:
             client.flushdb()
