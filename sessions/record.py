@@ -42,7 +42,7 @@ def has_header(data: bytes) -> bool:
     return data[:1] == MAGIC[:1]
 
 
-def decode_record(id: str, data: bytes) -> Session:
+def decode_record(id: str, data: object) -> Session:
     """The session stored under `id`; `SessionCorrupt` (saying why) if `data` is not a sound record of it."""
     if not isinstance(data, bytes):
         raise SessionCorrupt(id, f"record is a {type(data).__name__}, not msgpack bytes")

@@ -54,7 +54,7 @@ class RedisStore(StoreBase):
         if kwargs.get("decode_responses"):
             raise StoreConfigError("the Redis client must not decode responses: records are bytes")
         self.prefix = prefix
-        self.location = _location(kwargs)
+        self.location = _location(kwargs, client.connection_pool.connection_class)
         self._client = client
         self._close_client = close_client
         self._pattern = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in prefix) + "*"
@@ -117,7 +117,7 @@ class RedisStore(StoreBase):
         if data is None:
             return None
         try:
-            return decode_record(id, data)  # type: ignore[arg-type]  # decode_record checks the type
+            return decode_record(id, data)
         except SessionCorrupt as err:
             raise self._corrupt(id, err.reason) from None
 
@@ -216,8 +216,9 @@ class _Watched:
         return True
 
 
-def _location(kwargs: dict[str, Any]) -> str:
+def _location(kwargs: dict[str, Any], connection_class: type) -> str:
     """The server as a URL without credentials, for messages."""
     if kwargs.get("path"):
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    scheme = "rediss" if issubclass(connection_class, redis.SSLConnection) else "redis"
+    return f"{scheme}://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
