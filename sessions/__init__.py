@@ -13,6 +13,8 @@ from sessions.errors import (
     SessionCorrupt,
     SessionExists,
     SessionNotFound,
+    StoreConfigError,
+    StoreUnavailable,
     TurnstileError,
 )
 from sessions.model import Message, Role, Sampling, Session, check_session_id
@@ -34,6 +36,8 @@ __all__ = [
     "SessionExists",
     "SessionNotFound",
     "SessionStore",
+    "StoreConfigError",
+    "StoreUnavailable",
     "TurnstileError",
     "check_session_id",
     "history",

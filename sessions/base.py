@@ -1,8 +1,11 @@
-"""`StoreBase`: every store operation, written once over five storage primitives.
+"""`StoreBase`: every store operation, written once over a few storage primitives.
 
-A concrete store provides `_read`, `_write`, `_remove`, `_contains`, `_ids` and `_atomic` (a context
-manager under which a read-modify-write cannot interleave with another writer). Everything else,
-including the revision check and the history operations, lives here so both stores behave alike.
+A concrete store provides `_read`, `_contains` and `_ids` (plain reads) and `_transact(fn)`, which runs
+`fn` with a `Records` view so that its reads and writes take effect together or not at all, never
+interleaved with another writer's: `LockedStore` does that by holding a lock (memory and disk stores),
+the Redis store by WATCH/MULTI, re-running `fn` when another writer came first (so `fn` must not have
+side effects beyond the view). Everything else, including the revision check and the history
+operations, lives here so every store behaves alike.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypeVar
 
 import msgspec
 
@@ -30,6 +33,24 @@ from sessions.model import Sampling, Session, check_session_id, validate
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
+
+
+class Records(Protocol):
+    """The records a transaction sees; its writes take effect when the transaction ends."""
+
+    def read(self, id: str) -> Session | None:
+        """The stored session, or None; `SessionCorrupt` for a record that does not decode."""
+
+    def contains(self, id: str) -> bool:
+        """Whether a record exists, without decoding it."""
+
+    def write(self, session: Session) -> None:
+        """Store `session` under its id, replacing any record."""
+
+    def remove(self, id: str) -> bool:
+        """Remove the record; False if there was none."""
+
 
 class StoreBase(ABC):
     """The shared implementation of the `SessionStore` protocol."""
@@ -44,14 +65,6 @@ class StoreBase(ABC):
         """The stored session, or None; raises `SessionCorrupt` for a record that does not decode."""
 
     @abstractmethod
-    def _write(self, session: Session) -> None:
-        """Store `session` under its id, replacing any record."""
-
-    @abstractmethod
-    def _remove(self, id: str) -> bool:
-        """Remove the record; False if there was none."""
-
-    @abstractmethod
     def _contains(self, id: str) -> bool:
         """Whether a record exists, without decoding it."""
 
@@ -60,8 +73,8 @@ class StoreBase(ABC):
         """Every stored id, in any order."""
 
     @abstractmethod
-    def _atomic(self) -> AbstractContextManager[None]:
-        """Hold off every other writer (threads and processes) for a read-modify-write."""
+    def _transact(self, fn: Callable[[Records], T]) -> T:
+        """Run `fn` on the records as one atomic read-modify-write and return its result."""
 
     @abstractmethod
     def close(self) -> None:
@@ -87,10 +100,13 @@ class StoreBase(ABC):
     ) -> Session:
         """Create a session at revision 0; `SessionExists` if the id is taken."""
         session = Session.new(id, system=system, sampling=sampling, metadata=metadata, now=self._clock())
-        with self._atomic():
-            if self._contains(id):
+
+        def txn(records: Records) -> None:
+            if records.contains(id):
                 raise SessionExists(id)
-            self._write(session)
+            records.write(session)
+
+        self._transact(txn)
         log.info("session.created", session_id=id)
         return session
 
@@ -113,9 +129,12 @@ class StoreBase(ABC):
     def delete(self, id: str) -> None:
         """Remove a session; `SessionNotFound` if there is none."""
         check_session_id(id)
-        with self._atomic():
-            if not self._remove(id):
+
+        def txn(records: Records) -> None:
+            if not records.remove(id):
                 raise SessionNotFound(id)
+
+        self._transact(txn)
         log.info("session.deleted", session_id=id)
 
     def put(self, session: Session, *, expected_revision: int) -> Session:
@@ -137,14 +156,18 @@ class StoreBase(ABC):
         """Copy `src` under `new_id` with its first `upto` messages (all if None), at revision 0."""
         check_session_id(src)
         check_session_id(new_id)
-        with self._atomic():
-            source = self._read(src)
+
+        def txn(records: Records) -> Session:
+            source = records.read(src)
             if source is None:
                 raise SessionNotFound(src)
-            if self._contains(new_id):
+            if records.contains(new_id):
                 raise SessionExists(new_id)
             session = history.fork(source, new_id, upto, now=self._clock())
-            self._write(session)
+            records.write(session)
+            return session
+
+        session = self._transact(txn)
         log.info("session.forked", session_id=new_id, source=src, messages=len(session.messages))
         return session
 
@@ -176,18 +199,23 @@ class StoreBase(ABC):
         Onto an existing id only with `overwrite`; the revision then becomes at least the replaced
         one's plus 1, so a writer holding the old revision gets `RevisionConflict`.
         """
-        session = history.import_(json_str, new_id=new_id, now=self._clock())
-        with self._atomic():
-            if self._contains(session.id):
+        imported = history.import_(json_str, new_id=new_id, now=self._clock())
+
+        def txn(records: Records) -> Session:
+            session = imported
+            if records.contains(session.id):
                 if not overwrite:
                     raise SessionExists(session.id)
                 try:
-                    current = self._read(session.id)
+                    current = records.read(session.id)
                 except SessionCorrupt:
                     current = None
                 if current is not None and session.revision <= current.revision:
                     session = msgspec.structs.replace(session, revision=current.revision + 1)
-            self._write(session)
+            records.write(session)
+            return session
+
+        session = self._transact(txn)
         log.info("session.imported", session_id=session.id, messages=len(session.messages))
         return session
 
@@ -199,8 +227,9 @@ class StoreBase(ABC):
             not isinstance(expected_revision, int) or isinstance(expected_revision, bool)
         ):
             raise InvalidSession(f"expected_revision must be an int or None, not {expected_revision!r}")
-        with self._atomic():
-            current = self._read(id)
+
+        def txn(records: Records) -> Session:
+            current = records.read(id)
             if current is None:
                 raise SessionNotFound(id)
             if expected_revision is not None and current.revision != expected_revision:
@@ -209,8 +238,10 @@ class StoreBase(ABC):
             now = self._clock()
             changed = change(current, now)
             session = validate(msgspec.structs.replace(changed, revision=current.revision + 1, updated=now))
-            self._write(session)
-        return session
+            records.write(session)
+            return session
+
+        return self._transact(txn)
 
     # --- a turn's commit, and its undo ----------------------------------------------------------------
 
@@ -220,13 +251,14 @@ class StoreBase(ABC):
         """Store a turn's result as the next revision of the session it was computed from.
 
         `expected_revision` is that session's stored revision (None: no session may exist yet; the turn
-        creates it, at revision 1). `unless()` is asked under the store's lock right before the write: if
-        it is true nothing is written and None is returned, so a caller that withdrew first never finds
-        its turn committed.
+        creates it, at revision 1). `unless()` is asked inside the store's transaction right before the
+        write: if it is true nothing is written and None is returned, so a caller that withdrew first never
+        finds its turn committed.
         """
         validate(session)
-        with self._atomic():
-            current = self._read(session.id)
+
+        def txn(records: Records) -> Session | None:
+            current = records.read(session.id)
             if current is None and expected_revision is not None:
                 raise SessionNotFound(session.id)
             if current is not None and expected_revision is None:
@@ -235,21 +267,66 @@ class StoreBase(ABC):
                 raise RevisionConflict(session.id, expected_revision, current.revision)
             if unless():
                 return None
-            revision = (expected_revision or 0) + 1
-            stored = msgspec.structs.replace(session, revision=revision, updated=self._clock())
-            self._write(stored)
-        return stored
+            stored = msgspec.structs.replace(session, revision=(expected_revision or 0) + 1, updated=self._clock())
+            records.write(stored)
+            return stored
+
+        return self._transact(txn)
 
     def revert(self, session_id: str, previous: Session | None, *, expected_revision: int) -> bool:
         """Undo a `commit` whose caller went away: put `previous` back exactly (remove the session if None)
         if the stored revision is still `expected_revision`; False, nothing changed, if another write came."""
-        with self._atomic():
-            current = self._read(session_id)
+
+        def txn(records: Records) -> bool:
+            current = records.read(session_id)
             if current is None or current.revision != expected_revision:
                 return False
             if previous is None:
-                self._remove(session_id)
+                records.remove(session_id)
             else:
-                self._write(previous)
-        log.info("session.reverted", session_id=session_id, revision=expected_revision)
-        return True
+                records.write(previous)
+            return True
+
+        done = self._transact(txn)
+        if done:
+            log.info("session.reverted", session_id=session_id, revision=expected_revision)
+        return done
+
+
+class LockedStore(StoreBase):
+    """A store whose transactions hold a lock (`_atomic`) over direct reads and writes."""
+
+    @abstractmethod
+    def _write(self, session: Session) -> None:
+        """Store `session` under its id, replacing any record."""
+
+    @abstractmethod
+    def _remove(self, id: str) -> bool:
+        """Remove the record; False if there was none."""
+
+    @abstractmethod
+    def _atomic(self) -> AbstractContextManager[None]:
+        """Hold off every other writer (threads and processes) for a read-modify-write."""
+
+    def _transact(self, fn: Callable[[Records], T]) -> T:
+        with self._atomic():
+            return fn(_Direct(self))
+
+
+class _Direct:
+    """`Records` straight on a `LockedStore`'s primitives (its lock is held)."""
+
+    def __init__(self, store: LockedStore) -> None:
+        self._store = store
+
+    def read(self, id: str) -> Session | None:
+        return self._store._read(id)
+
+    def contains(self, id: str) -> bool:
+        return self._store._contains(id)
+
+    def write(self, session: Session) -> None:
+        self._store._write(session)
+
+    def remove(self, id: str) -> bool:
+        return self._store._remove(id)

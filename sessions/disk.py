@@ -1,35 +1,43 @@
 """`DiskStore`: sessions in a diskcache directory, shared by threads and processes.
 
-Each record is the session's msgpack bytes, stored raw in SQLite (diskcache's raw mode for `bytes`;
-nothing is pickled). Records stay inside the database, never in side files, so every write is one
-SQLite transaction: a process killed mid-write leaves the old record or the new one. Eviction is off:
-a store never drops a session on its own.
+Each record is a checksummed session record (`sessions.record`), stored raw in SQLite through
+`RawDisk`, which refuses to unpickle anything: a pickled row (planted or damaged) reads as
+`SessionCorrupt` for its id, a pickled key is skipped by `list()` with a warning. Records stay
+inside the database, never in side files, so every write is one SQLite transaction: a process
+killed mid-write leaves the old record or the new one. Eviction is off: a store never drops a
+session on its own. A directory or database that cannot be used (missing rights, read-only, not a
+database, damaged) raises `StoreUnavailable` at open or at the operation that finds out, with the
+transaction rolled back; no sqlite3 error escapes.
 """
 
 from __future__ import annotations
 
 import builtins
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import diskcache
-import msgspec
 
-from sessions.base import StoreBase
-from sessions.errors import SessionCorrupt, TurnstileError
+from sessions.base import LockedStore
+from sessions.errors import InvalidSessionId, SessionCorrupt, StoreUnavailable, UnsafeRecord
 from sessions.log import get_logger
-from sessions.model import Session
+from sessions.model import Session, check_session_id
+from sessions.raw_disk import RawDisk
+from sessions.record import decode_record, encode_record
 
 log = get_logger(__name__)
 
 # diskcache writes bytes values at least this long to side files; keep every record in SQLite.
 _IN_DATABASE = 1 << 30
+# What a store's own I/O can raise; each becomes StoreUnavailable.
+_STORE_ERRORS = (sqlite3.Error, OSError, diskcache.Timeout)
 
 
-class DiskStore(StoreBase):
+class DiskStore(LockedStore):
     """A `SessionStore` in `directory` (created if missing); several may open the same directory."""
 
     def __init__(
@@ -41,53 +49,88 @@ class DiskStore(StoreBase):
     ) -> None:
         super().__init__(clock=clock)
         self.directory = os.fspath(directory)
-        self._cache = diskcache.Cache(
-            self.directory,
-            timeout=timeout,
-            eviction_policy="none",
-            disk_min_file_size=_IN_DATABASE,
-            statistics=False,
-            tag_index=False,
-        )
+        with self._guard():
+            self._cache = diskcache.Cache(
+                self.directory,
+                timeout=timeout,
+                disk=RawDisk,
+                eviction_policy="none",
+                disk_min_file_size=_IN_DATABASE,
+                statistics=False,
+                tag_index=False,
+            )
         # diskcache keeps one transaction id per Cache object, so threads of one process take turns
         # here; SQLite's write lock (BEGIN IMMEDIATE) orders them against other processes.
         self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close the database connections; the store reopens them if used again."""
-        self._cache.close()
+        with self._guard():
+            self._cache.close()
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Turn the storage's own errors into `StoreUnavailable` naming the directory."""
+        try:
+            yield
+        except _STORE_ERRORS as err:
+            if isinstance(err.__context__, StoreUnavailable):  # e.g. the rollback after a failed write failed too
+                raise err.__context__  # noqa: B904 - the first failure, with its own cause
+            reason = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            log.error("store.unavailable", directory=self.directory, reason=reason)
+            raise StoreUnavailable(self.directory, reason) from err
 
     def _read(self, id: str) -> Session | None:
-        data = self._cache.get(id, default=None, retry=True)
+        try:
+            with self._guard():
+                data = self._cache.get(id, default=None, retry=True)
+        except UnsafeRecord as err:
+            raise self._corrupt(id, f"record is stored as a pickle, which is never loaded ({err})") from None
         if data is None:
             return None
-        if not isinstance(data, bytes):
-            raise self._corrupt(id, f"record is a {type(data).__name__}, not msgpack bytes")
         try:
-            session = msgspec.msgpack.decode(data, type=Session)
-        except (msgspec.DecodeError, TurnstileError) as err:
-            raise self._corrupt(id, str(err)) from None
-        if session.id != id:
-            raise self._corrupt(id, f"record holds session {session.id!r}")
-        return session
+            return decode_record(id, data)
+        except SessionCorrupt as err:
+            raise self._corrupt(id, err.reason) from None
 
     def _corrupt(self, id: str, reason: str) -> SessionCorrupt:
         log.warning("session.corrupt", session_id=id, reason=reason, directory=self.directory)
         return SessionCorrupt(id, reason)
 
     def _write(self, session: Session) -> None:
-        self._cache.set(session.id, msgspec.msgpack.encode(session), retry=True)
+        with self._guard():
+            self._cache.set(session.id, encode_record(session), retry=True)
 
     def _remove(self, id: str) -> bool:
-        return bool(self._cache.delete(id, retry=True))
+        with self._guard():
+            return bool(self._cache.delete(id, retry=True))
 
     def _contains(self, id: str) -> bool:
-        return id in self._cache
+        with self._guard():
+            return id in self._cache
 
     def _ids(self) -> builtins.list[str]:
-        return [key for key in self._cache.iterkeys() if isinstance(key, str)]
+        # Read the key column directly: diskcache's iterkeys would stop at (or unpickle) a pickled key.
+        with self._guard():
+            rows = self._cache._sql("SELECT rowid, key, raw FROM Cache ORDER BY rowid").fetchall()
+        ids = []
+        for rowid, key, raw in rows:
+            if raw and type(key) is str and _is_session_id(key):
+                ids.append(key)
+            else:
+                what = "a pickled key" if not raw else f"a {type(key).__name__} key that is not a session id"
+                log.warning("store.bad_key", directory=self.directory, rowid=rowid, reason=f"{what}; skipped")
+        return ids
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:
-        with self._lock, self._cache.transact(retry=True):
+        with self._lock, self._guard(), self._cache.transact(retry=True):
             yield
+
+
+def _is_session_id(key: str) -> bool:
+    try:
+        check_session_id(key)
+    except InvalidSessionId:
+        return False
+    return True

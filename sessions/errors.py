@@ -83,3 +83,16 @@ class SessionCorrupt(TurnstileError):
 
 class UnsafeRecord(TurnstileError):
     """Raised when a stored row would have to be unpickled to be read (or written); it never is."""
+
+
+class StoreUnavailable(TurnstileError):
+    """Raised when a session store cannot be used: unreadable, read-only, damaged, full or unreachable."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"session store {location} is unavailable: {reason}")
+        self.location = location
+        self.reason = reason
+
+
+class StoreConfigError(TurnstileError, ValueError):
+    """Raised when a store is given a bad option (a URL it cannot parse, a key prefix that is not a str)."""

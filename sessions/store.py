@@ -15,13 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from sessions.base import StoreBase
+from sessions.base import LockedStore
 from sessions.model import Sampling, Session
 
 
 @runtime_checkable
 class SessionStore(Protocol):
-    """Where sessions are kept; `MemoryStore` and `DiskStore` implement it."""
+    """Where sessions are kept; `MemoryStore`, `DiskStore` and `RedisStore` implement it."""
 
     def create(
         self,
@@ -67,7 +67,7 @@ class SessionStore(Protocol):
     def close(self) -> None: ...
 
 
-class MemoryStore(StoreBase):
+class MemoryStore(LockedStore):
     """Sessions in a dict guarded by a lock, kept as msgpack bytes so no caller shares a value with it."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:

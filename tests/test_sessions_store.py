@@ -1,4 +1,4 @@
-"""Every store operation, on both stores."""
+"""Every store operation, on every store: memory, disk and Redis (a real redis-server, see tests/redis_server.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from sessions import (
     history,
 )
 from sessions.base import StoreBase
+from tests.redis_server import running_redis
 from tests.test_sessions_model import BAD_IDS, BAD_SAMPLING
 
 Op = Callable[[], object]
@@ -46,9 +47,29 @@ class Clock:
             return self.now
 
 
-@pytest.fixture(params=["memory", "disk"])
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real redis-server for this module's tests (each test starts from an empty database)."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server.url
+
+
+@pytest.fixture(params=["memory", "disk", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreBase]:
-    s: StoreBase = MemoryStore(clock=Clock()) if request.param == "memory" else DiskStore(tmp_path, clock=Clock())
+    s: StoreBase
+    if request.param == "memory":
+        s = MemoryStore(clock=Clock())
+    elif request.param == "disk":
+        s = DiskStore(tmp_path, clock=Clock())
+    else:
+        import redis  # only the Redis tests need the client library
+
+        from sessions.redis import RedisStore
+
+        url = request.getfixturevalue("redis_url")
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+        s = RedisStore.from_url(url, clock=Clock())
     yield s
     s.close()
 
