@@ -121,6 +121,14 @@ def test_detects_formats(models: dict[str, Model]) -> None:
     assert isinstance(models["llama3"].fmt(), Llama3Format)
     assert template_uses_tools(models["qwen"].template) and not template_uses_tools(CHATML_TEMPLATE)
     assert isinstance(detect_format(CHATML_TEMPLATE), GenericFormat)
+    uses = "{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    assert isinstance(detect_format(uses + '<tool_call>\n{"name": <function-name>}</tool_call>'), HermesFormat)
+    assert isinstance(detect_format(uses + "{{ '<tool_call>\\n<function=' + name }}"), GenericFormat)  # Qwen3.5 XML
+    assert isinstance(detect_format(uses + "<tool_call>{{ tc.name }}<arg_key>"), GenericFormat)  # GLM
+    assert isinstance(detect_format('<tool_call>{"name": x}</tool_call>'), GenericFormat)  # tools not rendered
+    llama = "<|start_header_id|>{{ tools }}"
+    assert isinstance(detect_format(llama + '{"name": "x", "parameters": {}}'), Llama3Format)
+    assert isinstance(detect_format(llama + "<function=x>"), GenericFormat)  # functionary v3.1
 
 
 def test_qwen_rendering_equals_the_template(models: dict[str, Model]) -> None:

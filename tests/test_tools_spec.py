@@ -210,3 +210,18 @@ def test_resolve_tool_choice() -> None:
             resolve_tool_choice(bad, tools)
     with pytest.raises(InvalidTool):
         resolve_tool_choice("required", ())
+
+
+def tuples(p: tuple[int, int], q: tuple[str, ...] = ()) -> None:
+    """Tuples."""
+
+
+def test_tuple_parameters_are_plain_json() -> None:
+    t = Tool.from_function(tuples)
+    assert t.parameters["properties"] == {
+        "p": {"type": "array", "minItems": 2, "maxItems": 2, "prefixItems": [{"type": "integer"}, {"type": "integer"}]},
+        "q": {"type": "array", "items": {"type": "string"}, "default": []},
+    }
+    assert t.convert_arguments({"p": [1, 2]}) == {"p": (1, 2), "q": ()}
+    with pytest.raises(InvalidToolArguments):
+        t.convert_arguments({"p": [1, 2, 3]})

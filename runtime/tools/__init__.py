@@ -9,6 +9,7 @@ from runtime.tools.generic import GenericFormat
 from runtime.tools.grammar import ToolGrammar
 from runtime.tools.hermes import HermesFormat
 from runtime.tools.llama3 import Llama3Format
+from runtime.tools.plan import ToolPlan, result_text
 from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
 from sessions.model import ToolCall
 
@@ -23,9 +24,11 @@ __all__ = [
     "ToolChoice",
     "ToolFormat",
     "ToolGrammar",
+    "ToolPlan",
     "as_tools",
     "detect_format",
     "new_call_id",
     "resolve_tool_choice",
+    "result_text",
     "template_uses_tools",
 ]

@@ -1,15 +1,17 @@
 """Which tool-call format a chat template speaks, decided from the template source.
 
-- The template renders tools itself (its Jinja reads the `tools` variable) and contains `<tool_call>`:
-  `HermesFormat` (Qwen 2.5/3, Hermes 2 Pro/3 ...).
+- The template renders tools itself (its Jinja reads the `tools` variable) and contains `<tool_call>` and
+  a JSON `{"name":`: `HermesFormat` (Qwen 2.5/3, QwQ, Hermes 2 Pro/3, Granite 4 ...).
 - It renders tools and is a Llama 3.x template (`<|start_header_id|>` with `"parameters"` or
   `<|python_tag|>`): `Llama3Format`.
-- Anything else (no tools in the template, or a syntax this module does not know): `GenericFormat`, which
+- Anything else (no tools in the template, or a syntax this module does not know, such as the XML-style
+  `<function=...>` / `<arg_key>` calls): `GenericFormat`, which
   describes the tools in the system message as llama-server's generic handling did.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jinja2
@@ -22,6 +24,11 @@ from runtime.tools.hermes import HermesFormat
 from runtime.tools.llama3 import Llama3Format
 
 __all__ = ["detect_format", "render_prompt", "template_uses_tools"]
+
+_JSON_NAME = re.compile(r'\{\\?"name\\?":')  # {"name": in the template, or {\"name\": inside a string
+# XML-style call syntaxes that also use <tool_call> (Qwen3-Coder / Qwen3.5 / Nemotron 3, GLM, Ling, Laguna,
+# functionary) and Apriel's <tool_calls>[...]: not handled here, so they get the generic format
+_OTHER_SYNTAX = ("<function=", "<arg_key>", "<parameter=", "<invoke name=", "<tool_calls>")
 
 
 def template_uses_tools(source: str) -> bool:
@@ -41,8 +48,8 @@ def detect_format(source: str, render: Render | None = None, eos_token: str = ""
     it for the example call in its system text (without it, no example). `options` go to the format
     (`date_string` for Llama 3.x).
     """
-    if template_uses_tools(source):
-        if "<tool_call>" in source:
+    if template_uses_tools(source) and not any(marker in source for marker in _OTHER_SYNTAX):
+        if "<tool_call>" in source and _JSON_NAME.search(source):
             return HermesFormat()
         if "<|start_header_id|>" in source and ('"parameters"' in source or "<|python_tag|>" in source):
             return Llama3Format(date_string=options.get("date_string"))

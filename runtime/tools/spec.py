@@ -132,7 +132,23 @@ def _schema_of(name: str, args_type: type[msgspec.Struct]) -> dict[str, Any]:
     schema.setdefault("properties", {})
     if defs:
         schema["$defs"] = defs
-    return schema
+    try:  # plain JSON (tuple defaults become lists)
+        plain = msgspec.json.decode(msgspec.json.encode(schema), type=dict[str, Any])
+    except (TypeError, ValueError) as err:
+        raise InvalidTool(f"tool {name!r}: a default is not JSON: {err}") from None
+    out: dict[str, Any] = _without_closed_tuples(plain)
+    return out
+
+
+def _without_closed_tuples(node: Any) -> Any:
+    """Drop msgspec's `"items": false` beside "prefixItems" (a fixed-length tuple): llama.cpp's converter
+    refuses `false` there, and "prefixItems" with min/maxItems says the same."""
+    if isinstance(node, list):
+        return [_without_closed_tuples(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    closed = node.get("items") is False and isinstance(node.get("prefixItems"), list)
+    return {k: _without_closed_tuples(v) for k, v in node.items() if not (closed and k == "items")}
 
 
 def _parse_doc(doc: str) -> tuple[str, dict[str, str]]:
