@@ -44,8 +44,9 @@ def test_plan_with_a_grammar() -> None:
         plan.parse("no call")
     llama = ToolPlan.build(Llama3Format(), [add], "auto", parallel=True)
     assert not llama.parallel and llama.stops == ("<|eom_id|>",)  # one call per reply in Llama 3.x
-    generic = ToolPlan.build(GenericFormat(), [add], "add")
+    generic = ToolPlan.build(GenericFormat(), [add], "add", parallel=True)
     assert generic.choice == ToolChoice("function", "add") and generic.grammar is not None
+    assert not generic.parallel  # as llama-server: templates without tool calls get one call per reply
     with pytest.raises(dataclasses.FrozenInstanceError):
         generic.parallel = True  # type: ignore[misc]
 

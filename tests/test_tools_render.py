@@ -126,7 +126,7 @@ def test_detects_formats(models: dict[str, Model]) -> None:
     assert isinstance(detect_format(uses + "{{ '<tool_call>\\n<function=' + name }}"), GenericFormat)  # Qwen3.5 XML
     assert isinstance(detect_format(uses + "<tool_call>{{ tc.name }}<arg_key>"), GenericFormat)  # GLM
     assert isinstance(detect_format('<tool_call>{"name": x}</tool_call>'), GenericFormat)  # tools not rendered
-    llama = "<|start_header_id|>{{ tools }}"
+    llama = "{{ tools }}<|start_header_id|>ipython<|end_header_id|>"
     assert isinstance(detect_format(llama + '{"name": "x", "parameters": {}}'), Llama3Format)
     assert isinstance(detect_format(llama + "<function=x>"), GenericFormat)  # functionary v3.1
 

@@ -2,8 +2,8 @@
 
 - The template renders tools itself (its Jinja reads the `tools` variable) and contains `<tool_call>` and
   a JSON `{"name":`: `HermesFormat` (Qwen 2.5/3, QwQ, Hermes 2 Pro/3, Granite 4 ...).
-- It renders tools and is a Llama 3.x template (`<|start_header_id|>` with `"parameters"` or
-  `<|python_tag|>`): `Llama3Format`.
+- It renders tools and is a Llama 3.x template (`<|start_header_id|>ipython<|end_header_id|>`, the
+  test llama-server uses): `Llama3Format`.
 - Anything else (no tools in the template, or a syntax this module does not know, such as the XML-style
   `<function=...>` / `<arg_key>` calls): `GenericFormat`, which
   describes the tools in the system message as llama-server's generic handling did.
@@ -51,7 +51,7 @@ def detect_format(source: str, render: Render | None = None, eos_token: str = ""
     if template_uses_tools(source) and not any(marker in source for marker in _OTHER_SYNTAX):
         if "<tool_call>" in source and _JSON_NAME.search(source):
             return HermesFormat()
-        if "<|start_header_id|>" in source and ('"parameters"' in source or "<|python_tag|>" in source):
+        if "<|start_header_id|>ipython<|end_header_id|>" in source:  # llama-server's test for Llama 3.x
             return Llama3Format(date_string=options.get("date_string"))
     if render is None:
         return GenericFormat()

@@ -10,8 +10,12 @@ auto-parser; the llama.cpp vendored in llama-cpp-python 0.3.36 has no generic ha
   "content"?}` (indented JSON), tool results become user messages `{"tool_response": {"content",
   "tool_call_id"}}`;
 - the reply is constrained (not lazily) to the JSON schema `anyOf [{"tool_call": call}, {"response":
-  string}]`, or `{"tool_calls": [call, ...]}` (calls with an `id`) when parallel calls are allowed; only
-  the call part when a call is required. The parser reads that JSON back.
+  string}]`, only the call part when a call is required. (`{"tool_calls": [call, ...]}`, calls with an
+  `id`, is llama-server's parallel form; it turns parallel calls off for templates that cannot render
+  tool calls, i.e. for every template that gets this format, so `ToolPlan` never asks for it.) The
+  parser reads that JSON back (either form).
+- `tool_choice="none"`: tools described (without `RESPOND`), no grammar, plain text (llama-server's
+  plain handler renders the same polyfilled prompt).
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class GenericFormat(ToolFormat):
     """Tools described in the system message; the reply is JSON: a call or a response."""
 
     name = "generic"
+    parallel = False  # llama-server turns parallel calls off for templates that cannot render them
 
     def __init__(self, example: str = "") -> None:
         self.example = example
