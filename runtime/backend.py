@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from caches.disk_tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.chat_template import RenderedChat
+from runtime.sampler import GrammarSpec
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
@@ -31,6 +32,7 @@ class SlotRequest:
     on_piece: Callable[[str], None] | None = None
     request_id: int = 0
     session_id: str = ""
+    grammar: GrammarSpec | None = None  # constrains decoding (structured output, tool calls)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 from runtime.chat_template import ChatTemplate, RenderedChat
 from runtime.errors import ContextOverflow, DecodeError, InvalidConfig, InvalidRequest, ModelLoadError
 from runtime.host import fingerprint_file, physical_cores
-from runtime.sampler import Sampler
+from runtime.sampler import GrammarSpec, Sampler
 from sessions import Sampling
 from sessions.log import get_logger
 
@@ -309,9 +309,11 @@ class Engine:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, -1)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
 
-    def sampler(self, sampling: Sampling | None = None, **overrides: Any) -> Sampler:
-        """A sampler chain for `sampling` (llama-server's defaults) with `overrides` applied."""
-        return Sampler(self, (sampling or Sampling()).with_overrides(**overrides))
+    def sampler(
+        self, sampling: Sampling | None = None, grammar: GrammarSpec | None = None, **overrides: Any
+    ) -> Sampler:
+        """A sampler chain for `sampling` (llama-server's defaults) with `overrides` applied, and a grammar."""
+        return Sampler(self, (sampling or Sampling()).with_overrides(**overrides), grammar)
 
     # --- state and memory ------------------------------------------------------------------------------
 

@@ -9,10 +9,13 @@ __all__ = [
     "DecodeError",
     "InvalidConfig",
     "InvalidRequest",
+    "InvalidTool",
+    "InvalidToolArguments",
     "ModelLoadError",
     "QueueFull",
     "RequestTimeout",
     "RuntimeClosed",
+    "ToolCallParseError",
     "TurnstileError",
 ]
 
@@ -62,3 +65,25 @@ class RequestTimeout(TurnstileError, TimeoutError):
 
 class RuntimeClosed(TurnstileError):
     """Raised for requests made to, or still queued in, a runtime that is closing or closed."""
+
+
+class InvalidTool(TurnstileError, ValueError):
+    """Raised when a tool definition, a function given as a tool, or a `tool_choice` is not usable."""
+
+
+class InvalidToolArguments(TurnstileError, ValueError):
+    """Raised when a tool call's arguments do not validate against the tool's parameters schema."""
+
+    def __init__(self, tool: str, reason: str) -> None:
+        super().__init__(f"invalid arguments for tool {tool!r}: {reason}")
+        self.tool = tool
+        self.reason = reason
+
+
+class ToolCallParseError(TurnstileError):
+    """Raised when model output opens a tool call that is malformed, names an unknown tool or has bad arguments."""
+
+    def __init__(self, reason: str, text: str = "") -> None:
+        super().__init__(f"cannot parse the tool call: {reason}")
+        self.reason = reason
+        self.text = text

@@ -353,7 +353,7 @@ class Slot:
         detok = IncrementalText()
         t_first: float | None = None
         s = req.sampling
-        with eng.sampler(s) as sampler:
+        with eng.sampler(s, req.grammar) as sampler:
             if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
                 # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
                 window = (

@@ -10,20 +10,31 @@ The export format is a JSON object in the OpenAI messages shape plus turnstile's
                   {"role": "user", "content": "...", "created": 1700000000.0}, ...],
      "sampling": {...}, "metadata": {...}, "created": ..., "updated": ..., "revision": 3}
 
+Assistant tool calls and tool messages are exported as OpenAI has them, call arguments as a JSON string::
+
+    {"role": "assistant", "content": "", "created": ..., "tool_calls": [{"id": "call_1", "type": "function",
+      "function": {"name": "add", "arguments": "{\"a\":1}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "3", "created": ...}
+
+Messages without tool calls keep the shape they always had, so documents written before tool calls
+existed still import.
+
 `import_` also takes a bare OpenAI messages list, or an object with only `messages`; missing times
-default to `now`, missing sampling to the defaults.
+default to `now`, missing sampling to the defaults; arguments may be a JSON string or an object, and an
+assistant message with tool calls may have `content: null`.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
 from sessions.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
-from sessions.model import Message, Sampling, Session, check_session_id
+from sessions.model import Message, Sampling, Session, ToolCall, check_session_id
 
 FORMAT = "turnstile.session/1"
 
@@ -79,12 +90,14 @@ def truncate(session: Session, n_messages: int) -> Session:
     return msgspec.structs.replace(session, messages=session.messages[:n_messages])
 
 
-def append_turn(session: Session, user: str, assistant: str, *, now: float | None = None) -> Session:
-    """Add a user message and its reply."""
+def append_turn(
+    session: Session, user: str, assistant: str, *, tool_calls: Sequence[ToolCall] = (), now: float | None = None
+) -> Session:
+    """Add a user message and its reply (which may carry tool calls)."""
     _check_text(user, "user")
     _check_text(assistant, "assistant")
     stamp = _now(now)
-    turn = (Message("user", user, stamp), Message("assistant", assistant, stamp))
+    turn = (Message("user", user, stamp), Message("assistant", assistant, stamp, tuple(tool_calls)))
     return msgspec.structs.replace(session, messages=session.messages + turn)
 
 
@@ -94,12 +107,60 @@ def append_user(session: Session, user: str, *, now: float | None = None) -> Ses
     return msgspec.structs.replace(session, messages=(*session.messages, Message("user", user, _now(now))))
 
 
-def append_reply(session: Session, assistant: str, *, now: float | None = None) -> Session:
-    """Add the reply to a session whose last message is an unanswered user message (after `edit`)."""
-    if not session.messages or session.messages[-1].role != "user":
-        raise InvalidHistoryOp("append_reply needs a session whose last message is a user message")
+def append_reply(
+    session: Session, assistant: str, *, tool_calls: Sequence[ToolCall] = (), now: float | None = None
+) -> Session:
+    """Add the reply to a session whose last message is an unanswered user message (after `edit`) or a tool result."""
+    if not session.messages or session.messages[-1].role not in ("user", "tool"):
+        raise InvalidHistoryOp("append_reply needs a session whose last message is a user or tool message")
     _check_text(assistant, "assistant")
-    return msgspec.structs.replace(session, messages=(*session.messages, Message("assistant", assistant, _now(now))))
+    reply = Message("assistant", assistant, _now(now), tuple(tool_calls))
+    return msgspec.structs.replace(session, messages=(*session.messages, reply))
+
+
+def pending_calls(session: Session) -> tuple[ToolCall, ...]:
+    """The calls of the last assistant message that no tool message has answered yet (in call order)."""
+    last = None
+    for i in range(len(session.messages) - 1, -1, -1):
+        if session.messages[i].role == "assistant":
+            last = i
+            break
+    if last is None:
+        return ()
+    answered = {m.tool_call_id for m in session.messages[last + 1 :] if m.role == "tool"}
+    return tuple(c for c in session.messages[last].tool_calls if c.id not in answered)
+
+
+def append_tool_results(session: Session, results: Mapping[str, str], *, now: float | None = None) -> Session:
+    """Add one tool message per `{call_id: content}`, in the order the calls were made.
+
+    Every id must name a call of the last assistant message not yet answered; `InvalidHistoryOp` otherwise.
+    """
+    if not isinstance(results, Mapping) or not results:
+        raise InvalidHistoryOp("tool results must be a non-empty mapping of call id to content")
+    open_calls = pending_calls(session)
+    known = {c.id for c in open_calls}
+    for call_id, content in results.items():
+        if call_id not in known:
+            raise InvalidHistoryOp(f"tool result for {call_id!r}, which is not an unanswered call of the last reply")
+        _check_text(content, f"tool result {call_id}")
+    stamp = _now(now)
+    added = tuple(Message("tool", results[c.id], stamp, tool_call_id=c.id) for c in open_calls if c.id in results)
+    return msgspec.structs.replace(session, messages=session.messages + added)
+
+
+def regenerate_base(session: Session) -> Session:
+    """The session a regenerated reply answers: without its last assistant message, if that is last.
+
+    It then ends with a user message or a tool result; anything else raises `InvalidHistoryOp`.
+    """
+    msgs = session.messages
+    if msgs and msgs[-1].role == "assistant":
+        session = msgspec.structs.replace(session, messages=msgs[:-1])
+        msgs = session.messages
+    if msgs and msgs[-1].role in ("user", "tool"):
+        return session
+    raise InvalidHistoryOp(f"session {session.id!r} has no turn to regenerate")
 
 
 def _check_text(value: object, name: str) -> None:
@@ -110,10 +171,23 @@ def _check_text(value: object, name: str) -> None:
 # --- export / import -------------------------------------------------------------------------------
 
 
+class _WireFunction(msgspec.Struct):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class _WireToolCall(msgspec.Struct):
+    id: str
+    function: _WireFunction
+    type: str = "function"
+
+
 class _WireMessage(msgspec.Struct):
     role: str
-    content: str
+    content: str | msgspec.UnsetType | None = msgspec.UNSET
     created: float | None = None
+    tool_calls: list[_WireToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class _Document(msgspec.Struct):
@@ -127,12 +201,28 @@ class _Document(msgspec.Struct):
     revision: int = 0
 
 
+def _export_message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content, "created": m.created}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": msgspec.json.encode(c.arguments).decode()},
+            }
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
 def export(session: Session) -> str:
     """The session as a JSON document (see the module docstring)."""
     messages: list[dict[str, Any]] = []
     if session.system is not None:
         messages.append({"role": "system", "content": session.system})
-    messages.extend({"role": m.role, "content": m.content, "created": m.created} for m in session.messages)
+    messages.extend(_export_message(m) for m in session.messages)
     document = {
         "format": FORMAT,
         "id": session.id,
@@ -144,6 +234,37 @@ def export(session: Session) -> str:
         "revision": session.revision,
     }
     return msgspec.json.encode(document).decode()
+
+
+def _import_call(i: int, call: _WireToolCall) -> ToolCall:
+    if call.type != "function":
+        raise InvalidSession(f"message {i}: tool call type {call.type!r} is not 'function'")
+    args = call.function.arguments
+    if isinstance(args, str):
+        try:
+            args = msgspec.json.decode(args)
+        except msgspec.DecodeError as err:
+            raise InvalidSession(f"message {i}: tool call {call.id!r} arguments are not JSON: {err}") from None
+        if not isinstance(args, dict):
+            raise InvalidSession(f"message {i}: tool call {call.id!r} arguments are not a JSON object")
+    return ToolCall(call.id, call.function.name, args)
+
+
+def _import_message(i: int, m: _WireMessage, stamp: float) -> Message:
+    if m.role not in ("user", "assistant", "tool"):
+        raise InvalidSession(f"message {i}: role {m.role!r}; only the first message may be system")
+    calls = tuple(_import_call(i, c) for c in m.tool_calls or ())
+    content = m.content
+    if calls and content in (None, msgspec.UNSET):
+        content = ""
+    if not isinstance(content, str):
+        raise InvalidSession(f"message {i}: content must be a string")
+    created = stamp if m.created is None else m.created
+    if m.role == "user":
+        return Message("user", content, created, calls, m.tool_call_id)
+    if m.role == "assistant":
+        return Message("assistant", content, created, calls, m.tool_call_id)
+    return Message("tool", content, created, calls, m.tool_call_id)
 
 
 def import_(data: str | bytes, *, new_id: str | None = None, now: float | None = None) -> Session:
@@ -164,13 +285,10 @@ def import_(data: str | bytes, *, new_id: str | None = None, now: float | None =
     wire = doc.messages
     system = None
     if wire and wire[0].role == "system":
+        if not isinstance(wire[0].content, str):
+            raise InvalidSession("message 0: the system message's content must be a string")
         system, wire = wire[0].content, wire[1:]
-    messages = []
-    for i, m in enumerate(wire):
-        if m.role not in ("user", "assistant"):
-            raise InvalidSession(f"message {i}: role {m.role!r}; only the first message may be system")
-        created = stamp if m.created is None else m.created
-        messages.append(Message("user" if m.role == "user" else "assistant", m.content, created))
+    messages = [_import_message(i, m, stamp) for i, m in enumerate(wire)]
     sampling = Sampling() if doc.sampling is None else Sampling.from_mapping(doc.sampling)
     created = stamp if doc.created is None else doc.created
     return Session(

@@ -17,10 +17,12 @@ import msgspec
 
 from sessions.errors import InvalidSampling, InvalidSession, InvalidSessionId
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_ROLES = frozenset({"system", "user", "assistant"})
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_CALL_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 
 
@@ -31,20 +33,68 @@ def check_session_id(session_id: object) -> str:
     return session_id
 
 
+class ToolCall(msgspec.Struct, frozen=True):
+    """One function call the assistant made: `id` names it for the tool message that answers it."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or _CALL_ID.fullmatch(self.id) is None:
+            raise InvalidSession(f"tool call id {self.id!r} is not 1 to 128 characters of [A-Za-z0-9._:-]")
+        if not isinstance(self.name, str) or _TOOL_NAME.fullmatch(self.name) is None:
+            raise InvalidSession(f"tool call name {self.name!r} is not 1 to 64 characters of [a-zA-Z0-9_-]")
+        check_metadata(self.arguments, f"tool call {self.id} arguments")
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI `tool_calls` entry, arguments as an object (what chat templates read)."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
 class Message(msgspec.Struct, frozen=True):
-    """One chat message; `created` is a Unix time in seconds."""
+    """One chat message; `created` is a Unix time in seconds.
+
+    An assistant message may carry `tool_calls` (its `content` is then the text before the calls, often
+    empty); a `tool` message answers one call and must name it in `tool_call_id`.
+    """
 
     role: Role
     content: str
     created: float = msgspec.field(default_factory=time.time)
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
-            raise InvalidSession(f"message role {self.role!r} is not one of system, user, assistant")
+            raise InvalidSession(f"message role {self.role!r} is not one of system, user, assistant, tool")
         if not isinstance(self.content, str):
             raise InvalidSession(f"message content must be a str, not {type(self.content).__name__}")
         if not _is_number(self.created) or not math.isfinite(self.created):
             raise InvalidSession(f"message created time {self.created!r} is not a finite number")
+        if not isinstance(self.tool_calls, tuple) or not all(isinstance(c, ToolCall) for c in self.tool_calls):
+            raise InvalidSession("tool_calls must be a tuple of ToolCall")
+        if self.tool_calls:
+            if self.role != "assistant":
+                raise InvalidSession(f"a {self.role} message cannot have tool calls")
+            for call in self.tool_calls:
+                call.__post_init__()  # its arguments dict may have changed in place
+        if self.role == "tool":
+            if not isinstance(self.tool_call_id, str) or _CALL_ID.fullmatch(self.tool_call_id) is None:
+                raise InvalidSession(
+                    f"a tool message needs a tool_call_id naming the call it answers, not {self.tool_call_id!r}"
+                )
+        elif self.tool_call_id is not None:
+            raise InvalidSession(f"a {self.role} message cannot have a tool_call_id")
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI-shaped message (tool call arguments as objects, as chat templates read them)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
 
 def _is_number(value: object) -> bool:
@@ -153,7 +203,9 @@ def _sampling_problem(name: str, value: Any) -> str | None:
 
 
 class Session(msgspec.Struct, frozen=True, kw_only=True):
-    """One conversation: the system prompt apart, then user and assistant messages in order.
+    """One conversation: the system prompt apart, then user, assistant and tool messages in order.
+
+    Every tool call id is unique in the session, and a tool message answers a call made before it (once).
 
     `revision` starts at 0 and a store adds 1 on every write; `created`/`updated` are Unix times.
     """
@@ -178,6 +230,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
                 raise InvalidSession(f"messages[{i}] is not a Message")
             if message.role == "system":
                 raise InvalidSession(f"messages[{i}] is a system message; the system prompt goes in `system`")
+        check_tool_links(self.messages)
         if not isinstance(self.sampling, Sampling):
             raise InvalidSession("sampling must be a Sampling")
         check_metadata(self.metadata)
@@ -214,11 +267,34 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
             updated=stamp,
         )
 
-    def chat_messages(self) -> list[dict[str, str]]:
-        """The OpenAI-shaped message list, with the system message first when one is set."""
-        out = [] if self.system is None else [{"role": "system", "content": self.system}]
-        out.extend({"role": m.role, "content": m.content} for m in self.messages)
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The OpenAI-shaped message list, with the system message first when one is set.
+
+        Assistant tool calls come as `tool_calls: [{"id", "type": "function", "function": {"name",
+        "arguments": <dict>}}]` (arguments as an object, as llama-server hands them to chat templates);
+        tool messages as `{"role": "tool", "tool_call_id", "content"}`.
+        """
+        out: list[dict[str, Any]] = [] if self.system is None else [{"role": "system", "content": self.system}]
+        out.extend(m.to_openai() for m in self.messages)
         return out
+
+
+def check_tool_links(messages: tuple[Message, ...]) -> None:
+    """Raise `InvalidSession` unless call ids are unique and each tool message answers one earlier call once."""
+    made: set[str] = set()
+    answered: set[str] = set()
+    for i, message in enumerate(messages):
+        for call in message.tool_calls:
+            if call.id in made:
+                raise InvalidSession(f"messages[{i}]: tool call id {call.id!r} is used twice")
+            made.add(call.id)
+        if message.role == "tool":
+            cid = message.tool_call_id
+            if cid not in made:
+                raise InvalidSession(f"messages[{i}]: tool message answers {cid!r}, which no earlier call made")
+            if cid in answered:
+                raise InvalidSession(f"messages[{i}]: tool call {cid!r} is answered twice")
+            answered.add(cid)
 
 
 def check_metadata(value: object, path: str = "metadata") -> None:

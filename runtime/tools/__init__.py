@@ -1,0 +1,34 @@
+"""Tool calls: tool definitions (`Tool`, `ToolChoice`), argument validation, and the tool-call formats
+(prompt rendering, grammar, parser) for the chat templates turnstile meets. Knows nothing of the slot.
+"""
+
+from runtime.tools.base import RenderPlan, ToolFormat
+from runtime.tools.calls import ParsedReply, new_call_id
+from runtime.tools.formats import detect_format, template_uses_tools
+from runtime.tools.generic import GenericFormat
+from runtime.tools.grammar import ToolGrammar
+from runtime.tools.hermes import HermesFormat
+from runtime.tools.llama3 import Llama3Format
+from runtime.tools.plan import ToolPlan, result_text
+from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
+from sessions.model import ToolCall
+
+__all__ = [
+    "GenericFormat",
+    "HermesFormat",
+    "Llama3Format",
+    "ParsedReply",
+    "RenderPlan",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+    "ToolFormat",
+    "ToolGrammar",
+    "ToolPlan",
+    "as_tools",
+    "detect_format",
+    "new_call_id",
+    "resolve_tool_choice",
+    "result_text",
+    "template_uses_tools",
+]

@@ -1,0 +1,64 @@
+"""The interface of a tool-call format: how to render the prompt, which grammar to sample with, how to parse.
+
+A format is data for the other parts: the chat-template renderer takes the `RenderPlan` (messages,
+the `tools` variable, extra template variables), the sampler takes the `ToolGrammar`, and the reply goes
+through `parse`. The slot never sees tools.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from runtime.errors import ToolCallParseError
+from runtime.tools.calls import ParsedReply
+from runtime.tools.grammar import ToolGrammar
+from runtime.tools.spec import Tool, ToolChoice
+
+__all__ = ["RenderPlan", "ToolFormat"]
+
+
+@dataclass(frozen=True)
+class RenderPlan:
+    """What to hand the chat template: `messages`, the `tools` variable (None: not set), extra variables."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class ToolFormat(ABC):
+    """One tool-call syntax: prompt rendering, grammar, and parser."""
+
+    name: ClassVar[str]
+    parallel: ClassVar[bool] = True  # whether the syntax can express several calls in one reply
+    stops: ClassVar[tuple[str, ...]] = ()  # extra stop strings while tools are offered
+
+    @abstractmethod
+    def render_plan(self, messages: list[dict[str, Any]], tools: Sequence[Tool], choice: ToolChoice) -> RenderPlan:
+        """The template input for OpenAI-shaped `messages` (tool-call arguments as objects) and `tools`."""
+
+    @abstractmethod
+    def grammar(self, tools: Sequence[Tool], choice: ToolChoice, *, parallel: bool = False) -> ToolGrammar | None:
+        """The grammar for a reply under `choice` (None: unconstrained); `parallel` allows several calls."""
+
+    @abstractmethod
+    def parse_calls(self, text: str, tools: Sequence[Tool]) -> ParsedReply:
+        """Split `text` with at least one allowed tool; raise `ToolCallParseError` for a malformed call."""
+
+    def parse(self, text: str, tools: Sequence[Tool], choice: ToolChoice) -> ParsedReply:
+        """Split raw model output into content and tool calls.
+
+        Plain text comes back unchanged as content; a malformed call, an unknown tool, arguments that do
+        not validate, or no call when one is required raise `ToolCallParseError`; nothing else is raised.
+        With `tool_choice="none"` (or no tools) the whole text is content.
+        """
+        allowed = choice.allowed(tools)
+        if not allowed:
+            return ParsedReply(text)
+        reply = self.parse_calls(text, allowed)
+        if choice.must_call and not reply.tool_calls:
+            raise ToolCallParseError(f"tool_choice {choice.name or choice.mode!r} needs a tool call", text)
+        return reply

@@ -1,0 +1,69 @@
+"""One request's tools, decided before anything is queued: `ToolPlan.build` checks the tools and the
+`tool_choice` and builds the grammar (so a schema the grammar converter refuses fails here); the plan then
+renders the prompt input, gives the grammar to the sampler and parses the reply."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from runtime.tools.base import RenderPlan, ToolFormat
+from runtime.tools.calls import ParsedReply
+from runtime.tools.grammar import ToolGrammar
+from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
+
+__all__ = ["ToolPlan", "result_text"]
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """The tools of one request in one format: what to render, the grammar, and the parser."""
+
+    format: ToolFormat
+    tools: tuple[Tool, ...]
+    choice: ToolChoice
+    grammar: ToolGrammar | None
+    parallel: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        fmt: ToolFormat,
+        tools: Sequence[Tool | Mapping[str, Any] | Callable[..., Any]],
+        tool_choice: object = "auto",
+        *,
+        parallel: bool = False,
+    ) -> ToolPlan:
+        """Check everything and build the grammar; `InvalidTool`, or the converter's error for a bad schema."""
+        checked = as_tools(tools)
+        choice = resolve_tool_choice(tool_choice, checked)
+        parallel = parallel and fmt.parallel
+        return cls(fmt, checked, choice, fmt.grammar(checked, choice, parallel=parallel), parallel)
+
+    def render_plan(self, messages: list[dict[str, Any]]) -> RenderPlan:
+        """The chat template's input for OpenAI-shaped `messages` (e.g. `Session.chat_messages()`)."""
+        return self.format.render_plan(messages, self.tools, self.choice)
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Extra stop strings of the format (none unless tools may be called)."""
+        return self.format.stops if self.choice.allowed(self.tools) else ()
+
+    def parse(self, text: str) -> ParsedReply:
+        """The reply's content and tool calls; `ToolCallParseError` for a malformed or missing call."""
+        return self.format.parse(text, self.tools, self.choice)
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called `name`, if offered."""
+        return next((t for t in self.tools if t.name == name), None)
+
+
+def result_text(value: object) -> str:
+    """A tool result as the text of the tool message: strings as they are, anything else as JSON (msgspec;
+    values it cannot encode become their `str`)."""
+    if isinstance(value, str):
+        return value
+    return msgspec.json.encode(value, enc_hook=str).decode()

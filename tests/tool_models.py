@@ -1,0 +1,209 @@
+# ruff: noqa: E501  (the templates keep their own long lines)
+"""Tiny GGUF models whose chat templates render tools: a Qwen 2.5 one and a Llama 3.x-style one.
+
+They reuse tests/models.py's tensors (a 2-layer llama transformer with random weights) with their own
+vocabulary: every token string is unique, the template's special tokens are single tokens (role markers
+CONTROL; `<tool_call>`, `</tool_call>` and `<|python_tag|>` USER_DEFINED, so they detokenize to their
+text as in the real models), and no space prefix is added (like the real models' BPE tokenizers).
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import gguf
+
+from tests.models import _WORDS, N_EMBD, _attention, _ffn, _Tensors
+
+# Qwen/Qwen2.5-7B-Instruct's chat template, verbatim (as in llama.cpp's models/templates).
+QWEN25_TEMPLATE = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+# A Llama 3.x-style template (condensed from Llama 3.2's): tools go in the system message unless
+# tools_in_user_message; a tool call is rendered as {"name": ..., "parameters": ...}; tool results as ipython.
+LLAMA3_TEMPLATE = """{{- bos_token }}
+{%- if not tools_in_user_message is defined %}{%- set tools_in_user_message = true %}{%- endif %}
+{%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}{%- endif %}
+{%- if not tools is defined %}{%- set tools = none %}{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}
+{%- if tools is not none %}{{- "Environment: ipython\\n" }}{%- endif %}
+{{- "Today Date: " + date_string + "\\n\\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\\n\\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\\n\\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}
+        {{- '{"name": "' + tool_call.name + '", ' }}
+        {{- '"parameters": ' }}
+        {{- tool_call.arguments | tojson }}
+        {{- "}" }}
+        {{- "<|eot_id|>" }}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\\n\\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{%- endif %}
+"""
+
+_CONTROL, _USER = int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
+
+QWEN_SPECIALS = [("<|endoftext|>", _CONTROL), ("<|im_start|>", _CONTROL), ("<|im_end|>", _CONTROL)]
+QWEN_SPECIALS += [("<tool_call>", _USER), ("</tool_call>", _USER)]
+LLAMA3_SPECIALS = [
+    ("<|begin_of_text|>", _CONTROL),
+    ("<|end_of_text|>", _CONTROL),
+    ("<|start_header_id|>", _CONTROL),
+    ("<|end_header_id|>", _CONTROL),
+    ("<|eot_id|>", _CONTROL),
+    ("<|eom_id|>", _CONTROL),
+    ("<|python_tag|>", _USER),
+]
+
+
+def _vocab(specials: list[tuple[str, int]]) -> tuple[list[bytes], list[float], list[int]]:
+    normal, byte = int(gguf.TokenType.NORMAL), int(gguf.TokenType.BYTE)
+    toks: list[tuple[str, float, int]] = [("<unk>", 0.0, int(gguf.TokenType.UNKNOWN))]
+    toks += [(s, 0.0, t) for s, t in specials]
+    toks += [(f"<0x{b:02X}>", 0.0, byte) for b in range(256)]
+    pieces = ["▁", *string.ascii_letters, *string.digits, *".,!?;:'\"-(){}[]_<>/|#=", "▁"]
+    pieces += ["▁" + w for w in _WORDS] + [w for w in _WORDS if len(w) > 1]
+    pieces += ["name", "arguments", "parameters", "function", "tool", "call", "add", "weather", "city"]
+    seen = {t[0] for t in toks}
+    for i, p in enumerate(pieces):
+        if p not in seen:
+            seen.add(p)
+            toks.append((p, -float(i) / 1000.0 + len(p), normal))
+    return [t[0].encode() for t in toks], [t[1] for t in toks], [t[2] for t in toks]
+
+
+def _write(path: Path, template: str, specials: list[tuple[str, int]], bos: str, eos: str, seed: int) -> Path:
+    n_layer, n_head, n_head_kv, n_ff = 2, 4, 2, 128
+    tokens, scores, types = _vocab(specials)
+    ids = {t.decode(): i for i, t in enumerate(tokens)}
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(4096)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(ids[bos])
+    w.add_eos_token_id(ids[eos])
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    w.add_chat_template(template)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(N_EMBD // n_head)
+    w.add_rope_freq_base(10000.0)
+    t = _Tensors(w, seed)
+    t.add("token_embd.weight", N_EMBD, len(tokens), scale=1.0)
+    t.norm("output_norm.weight", N_EMBD)
+    t.add("output.weight", N_EMBD, len(tokens), scale=0.5)
+    for i in range(n_layer):
+        t.norm(f"blk.{i}.attn_norm.weight", N_EMBD)
+        _attention(t, i, n_head, n_head_kv, N_EMBD // n_head)
+        _ffn(t, i, n_ff)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_qwen(path: Path, *, seed: int = 11) -> Path:
+    """A tiny llama with Qwen 2.5's chat template (tools rendered in the system message, `<tool_call>`)."""
+    return _write(path, QWEN25_TEMPLATE, QWEN_SPECIALS, "<|endoftext|>", "<|im_end|>", seed)
+
+
+def write_llama3(path: Path, *, seed: int = 12) -> Path:
+    """A tiny llama with a Llama 3.x-style chat template (`{"name", "parameters"}` calls, ipython results)."""
+    return _write(path, LLAMA3_TEMPLATE, LLAMA3_SPECIALS, "<|begin_of_text|>", "<|eot_id|>", seed)
