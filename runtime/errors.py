@@ -10,8 +10,11 @@ __all__ = [
     "ModelLoadError",
     "QueueFull",
     "RequestTimeout",
+    "ReplyMismatch",
+    "ResponseFormatError",
     "RuntimeClosed",
     "TurnstileError",
+    "UnsupportedSchema",
 ]
 
 
@@ -56,3 +59,19 @@ class RequestTimeout(TurnstileError):
 
 class RuntimeClosed(TurnstileError):
     """Raised for requests made to, or still queued in, a runtime that is closing or closed."""
+
+
+class UnsupportedSchema(TurnstileError, ValueError):
+    """Raised when a JSON schema is one llama.cpp's schema-to-grammar converter rejects (or has a remote $ref)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ResponseFormatError(TurnstileError, TypeError):
+    """Raised when a response format is none of: a msgspec Struct, dataclass or TypedDict type, a schema dict, "json"."""
+
+
+class ReplyMismatch(TurnstileError, ValueError):
+    """Raised when a reply's text is not JSON or does not match the response format's schema or type."""
