@@ -9,8 +9,8 @@ __all__ = [
     "DecodeError",
     "ModelLoadError",
     "QueueFull",
-    "RequestTimeout",
     "ReplyMismatch",
+    "RequestTimeout",
     "ResponseFormatError",
     "RuntimeClosed",
     "TurnstileError",
@@ -70,7 +70,7 @@ class UnsupportedSchema(TurnstileError, ValueError):
 
 
 class ResponseFormatError(TurnstileError, TypeError):
-    """Raised when a response format is none of: a msgspec Struct, dataclass or TypedDict type, a schema dict, "json"."""
+    """Raised when a response format is not a msgspec Struct, dataclass or TypedDict type, a schema dict or "json"."""
 
 
 class ReplyMismatch(TurnstileError, ValueError):

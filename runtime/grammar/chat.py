@@ -56,9 +56,7 @@ def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CH
         converter.add_rule(name, body)
     try:
         converter.add_rule("response-format", converter.visit(schema, "response-format-schema"))
-        body = (
-            '("```json" space response-format space "```" | space response-format space)'
-        )
+        body = '("```json" space response-format space "```" | space response-format space)'
         prefix = format_literal(generation_prompt) + " " if generation_prompt else ""
         converter.add_rule("root", prefix + "space space " + body)
         return converter.format_grammar()

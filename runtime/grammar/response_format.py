@@ -1,11 +1,11 @@
 """Response formats: what a caller asks a reply to be, as a JSON schema and a parser for the reply.
 
 `schema_for(fmt)` accepts a msgspec Struct, dataclass or TypedDict type (its schema from
-`msgspec.json.schema`, the reply decoded into the type), a JSON-schema dict (the reply decoded and
-checked with the grammar's meaning of the schema), "json" (any JSON object: the schema llama-server
-uses for `{"type": "json_object"}`), or None / "text" (no schema, the text as it is). Everything is
-checked before it is returned: a schema llama.cpp would reject raises `UnsupportedSchema` here, not
-when the request runs.
+`msgspec.json.schema`, tuples as "prefixItems" only; the reply decoded into the type), a JSON-schema
+dict (the reply decoded and checked with the grammar's meaning of the schema), "json" (any JSON
+object: the schema llama-server uses for `{"type": "json_object"}`), or None / "text" (no schema,
+the text as it is). Everything is checked before it is returned: a schema llama.cpp would reject
+raises `UnsupportedSchema` here, not when the request runs.
 """
 
 from __future__ import annotations
@@ -66,6 +66,23 @@ def _type_parser(fmt: type) -> Callable[[str], Any]:
     return parse
 
 
+def _closed_tuples(schema: Any) -> Any:
+    """`schema` without msgspec's `"items": false` beside "prefixItems" (a fixed-length tuple).
+
+    llama.cpp reads "items" before "prefixItems" and rejects `false` there; without it the tuple is
+    read from "prefixItems", which has the same meaning (exactly those items).
+    """
+    if isinstance(schema, dict):
+        return {
+            k: _closed_tuples(v)
+            for k, v in schema.items()
+            if not (k == "items" and v is False and isinstance(schema.get("prefixItems"), list))
+        }
+    if isinstance(schema, list):
+        return [_closed_tuples(v) for v in schema]
+    return schema
+
+
 def _text(text: str) -> str:
     return text
 
@@ -91,7 +108,7 @@ def schema_for(fmt: ResponseFormat) -> tuple[dict[str, Any] | None, Callable[[st
     if _is_type_format(fmt):
         assert isinstance(fmt, type)
         try:
-            schema = msgspec.json.schema(fmt)
+            schema = _closed_tuples(msgspec.json.schema(fmt))
         except (TypeError, ValueError) as err:
             raise ResponseFormatError(f"cannot make a JSON schema for {fmt.__name__}: {err}") from None
         try:

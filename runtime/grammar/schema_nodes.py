@@ -318,9 +318,7 @@ class SchemaBuilder:
             if isinstance(value, list):
                 return TupleNode([self.build_node(item, f"{path}/{key}/{i}") for i, item in enumerate(value)])
             items = self.build_node(value, f"{path}/{key}")
-        return ArrayNode(
-            items, self._count(schema, "minItems", path, 0), self._count(schema, "maxItems", path, -1)
-        )
+        return ArrayNode(items, self._count(schema, "minItems", path, 0), self._count(schema, "maxItems", path, -1))
 
     def _string(self, schema: Mapping[str, Any], path: str) -> StringNode:
         node = StringNode()
