@@ -13,10 +13,13 @@ __all__ = [
     "InvalidToolArguments",
     "ModelLoadError",
     "QueueFull",
+    "ReplyMismatch",
     "RequestTimeout",
+    "ResponseFormatError",
     "RuntimeClosed",
     "ToolCallParseError",
     "TurnstileError",
+    "UnsupportedSchema",
 ]
 
 
@@ -87,3 +90,17 @@ class ToolCallParseError(TurnstileError):
         super().__init__(f"cannot parse the tool call: {reason}")
         self.reason = reason
         self.text = text
+class UnsupportedSchema(TurnstileError, ValueError):
+    """Raised when a JSON schema is one llama.cpp's schema-to-grammar converter rejects (or has a remote $ref)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ResponseFormatError(TurnstileError, TypeError):
+    """Raised when a response format is not a msgspec Struct, dataclass or TypedDict type, a schema dict or "json"."""
+
+
+class ReplyMismatch(TurnstileError, ValueError):
+    """Raised when a reply's text is not JSON or does not match the response format's schema or type."""

@@ -1,0 +1,76 @@
+"""The grammar llama-server's /v1/chat/completions builds for `response_format`, and the reply's content.
+
+With `response_format` {"type": "json_schema", "json_schema": {"schema": S}} (or {"type":
+"json_object"}, S = {"type": "object"}) and a chat template without tools (SmolLM2's ChatML), the
+server builds a PEG chat parser (common/chat-auto-parser-generator.cpp, `autoparser::build_parser`)
+and turns it into GBNF (common/peg-parser.cpp, `common_peg_arena::build_grammar`) with one
+SchemaConverter: the generation prompt, optional whitespace, then the JSON value either bare or in
+a ```json fence. The grammar is not lazy and has no triggers; the sampler feeds it the generation
+prompt's tokens before the first sampled token (common/sampling.cpp, "prefill"), so generated text
+starts right after that prefix. `message.content` is the JSON value alone, without the fence and the
+whitespace around it (`reply_content`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runtime.errors import UnsupportedSchema
+from runtime.grammar.gbnf import format_literal
+from runtime.grammar.json_schema import SchemaConverter
+
+__all__ = ["CHATML_GENERATION_PROMPT", "JSON_VALUE_RULES", "chat_response_grammar", "reply_content"]
+
+CHATML_GENERATION_PROMPT = "<|im_start|>assistant\n"
+
+# the PEG parser's generic JSON rules (reachable from the schema node, so emitted, though unused)
+JSON_VALUE_RULES: dict[str, str] = {
+    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
+    "json-bool": '"true" | "false"',
+    "json-null": '"null"',
+    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
+    "json-object": (
+        '"{" space ("}" | json-string space ":" space json-value'
+        ' (space "," space json-string space ":" space json-value)* space "}")'
+    ),
+    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
+    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
+}
+
+_FAILED = "Unable to generate parser for this template. Automatic parser generation failed: "
+_C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale, what the PEG parser's space skips
+
+
+def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CHATML_GENERATION_PROMPT) -> str:
+    """The GBNF llama-server uses for a chat completion whose response_format has this schema.
+
+    `generation_prompt` is what the chat template appends for the assistant's turn (the text the
+    prompt gains with add_generation_prompt); the grammar starts with it, so a sampler using this
+    grammar must first accept that text's tokens, as llama-server does. Raises `UnsupportedSchema`
+    with llama-server's message for a schema it rejects.
+    """
+    converter = SchemaConverter()
+    converter.resolve_refs(schema, "")
+    for name, body in JSON_VALUE_RULES.items():
+        converter.add_rule(name, body)
+    try:
+        converter.add_rule("response-format", converter.visit(schema, "response-format-schema"))
+        body = '("```json" space response-format space "```" | space response-format space)'
+        prefix = format_literal(generation_prompt) + " " if generation_prompt else ""
+        converter.add_rule("root", prefix + "space space " + body)
+        return converter.format_grammar()
+    except UnsupportedSchema as err:
+        raise UnsupportedSchema(_FAILED + err.reason) from None
+
+
+def reply_content(text: str) -> str:
+    """The reply's `message.content` as llama-server derives it: the JSON value without the fence.
+
+    Surrounding whitespace is dropped, and a ```json ... ``` fence around the value is removed.
+    Text that is neither is returned stripped.
+    """
+    content = text.strip(_C_SPACE)
+    if content.startswith("```json") and content.endswith("```") and len(content) >= 10:
+        content = content[len("```json") : -len("```")].strip(_C_SPACE)
+    return content
