@@ -21,7 +21,7 @@ from runtime.tools.formats import detect_format, render_prompt, template_uses_to
 from runtime.tools.generic import RESPOND, TOOLS_INTRO
 from sessions import Message, Session, history
 from sessions.model import ToolCall
-from tests.models import CHATML_TEMPLATE
+from runtime.testing.tiny_models import CHATML_TEMPLATE
 from tests.tool_models import write_llama3, write_qwen
 
 WEATHER: dict[str, Any] = {

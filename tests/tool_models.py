@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gguf
 
-from tests.models import _WORDS, N_EMBD, _attention, _ffn, _Tensors
+from runtime.testing.tiny_models import _WORDS, N_EMBD, _attention, _ffn, _Tensors
 
 # Qwen/Qwen2.5-7B-Instruct's chat template, verbatim (as in llama.cpp's models/templates).
 QWEN25_TEMPLATE = """{%- if tools %}
