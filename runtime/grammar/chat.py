@@ -8,11 +8,12 @@ SchemaConverter: the generation prompt, optional whitespace, then the JSON value
 a ```json fence. The grammar is not lazy and has no triggers; the sampler feeds it the generation
 prompt's tokens before the first sampled token (common/sampling.cpp, "prefill"), so generated text
 starts right after that prefix. `message.content` is the JSON value alone, without the fence and the
-whitespace around it (`reply_content`).
+whitespace around it (`reply_content`). Checked against llama-server (same build) on SmolLM2.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +41,7 @@ JSON_VALUE_RULES: dict[str, str] = {
 
 _FAILED = "Unable to generate parser for this template. Automatic parser generation failed: "
 _C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale, what the PEG parser's space skips
+_DECODER = json.JSONDecoder()
 
 
 def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CHATML_GENERATION_PROMPT) -> str:
@@ -65,12 +67,17 @@ def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CH
 
 
 def reply_content(text: str) -> str:
-    """The reply's `message.content` as llama-server derives it: the JSON value without the fence.
+    """The reply's `message.content` as llama-server derives it from the generated text.
 
-    Surrounding whitespace is dropped, and a ```json ... ``` fence around the value is removed.
-    Text that is neither is returned stripped.
+    Leading whitespace and an opening ```json fence (with the whitespace after it) are skipped; the
+    content is then the first complete JSON value, or, when the text stops inside the value (a reply
+    cut by max_tokens), everything up to the end of the text.
     """
-    content = text.strip(_C_SPACE)
-    if content.startswith("```json") and content.endswith("```") and len(content) >= 10:
-        content = content[len("```json") : -len("```")].strip(_C_SPACE)
-    return content
+    content = text.lstrip(_C_SPACE)
+    if content.startswith("```json"):
+        content = content[len("```json") :].lstrip(_C_SPACE)
+    try:
+        _, end = _DECODER.raw_decode(content)
+    except ValueError:
+        return content
+    return content[:end]
