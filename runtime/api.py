@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,8 +18,9 @@ from caches.disk_tier import DiskTier, DiskTierStats
 from caches.prompt_cache import default_limit_bytes
 from runtime import validate as v
 from runtime.backend import LlamaBackend, SlotBackend
+from runtime.constraints import Constraints
 from runtime.engine import Engine, EngineConfig
-from runtime.errors import InvalidConfig, RuntimeClosed, TurnstileError
+from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.models import default_model_path
 from runtime.policy import Policy, make_policy
 from runtime.reply import Reply
@@ -230,7 +231,7 @@ class Runtime:
 
     async def import_(self, data: str, *, new_id: str | None = None, overwrite: bool = False) -> Session:
         if not isinstance(overwrite, bool):
-            raise v.InvalidRequest(f"overwrite must be a bool, not {type(overwrite).__name__}")
+            raise InvalidRequest(f"overwrite must be a bool, not {type(overwrite).__name__}")
         sid = history.import_(data, new_id=new_id).id  # parse and validate before queueing (typed errors)
         return await self._op(sid, lambda: self.store.import_(data, new_id=new_id, overwrite=overwrite))
 
@@ -249,11 +250,76 @@ class Runtime:
 
     # --- turns ---------------------------------------------------------------------------------------
 
-    async def chat(self, session_id: str, message: str, *, timeout: float | None = None, **sampling: Any) -> Reply:
-        """Send a user message and return the assistant's reply (the session is created on first use)."""
-        job = self._submit(session_id, Turn(RequestKind.CHAT, v.check_text(message), sampling), timeout)
+    async def chat(
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        tool_results: Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        grammar: str | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = "auto",
+        timeout: float | None = None,
+        **sampling: Any,
+    ) -> Reply:
+        """Send a user message (or the results of the last reply's tool calls) and return the reply.
+
+        The session is created by its first committed turn. `response_format` (a msgspec Struct, dataclass or
+        TypedDict type, a JSON-schema dict, or "json") constrains the reply to JSON (`reply.parsed`); `grammar`
+        to a GBNF grammar; `tools` (OpenAI tool dicts or functions) lets the model call them
+        (`reply.tool_calls`, answered with `chat(sid, tool_results={call_id: value})`).
+        """
+        turn = self._turn(message, tool_results, sampling, response_format, grammar, tools, tool_choice)
+        job = self._submit(session_id, turn, timeout)
         reply: Reply = await self.scheduler.wait(job, timeout)
         return reply
+
+    async def run(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        tools: Sequence[Any],
+        tool_choice: Any = "auto",
+        max_steps: int = 8,
+        timeout: float | None = None,
+        **sampling: Any,
+    ) -> Reply:
+        """The agent loop: chat, call the Python functions the model asks for, feed the results back, until
+        the model answers; the final Reply carries the `steps`. `MaxStepsExceeded` after `max_steps` calls."""
+        from runtime.agent import run_agent
+
+        return await run_agent(self, session_id, message, tools, tool_choice, max_steps, timeout, sampling)
+
+    def _turn(
+        self,
+        message: object,
+        tool_results: Mapping[str, Any] | None,
+        sampling: dict[str, Any],
+        response_format: Any,
+        grammar: object,
+        tools: Sequence[Any] | None,
+        tool_choice: Any,
+        pieces: Pieces | None = None,
+    ) -> Turn:
+        """A chat turn, every argument checked (typed errors, before anything is queued)."""
+        if (message is None) == (tool_results is None):
+            raise InvalidRequest("give either a message or tool_results")
+        results = v.check_tool_results(tool_results) if tool_results is not None else None
+        text = v.check_text(message) if message is not None else None
+        constraints = self._constraints(response_format, grammar, tools, tool_choice)
+        return Turn(RequestKind.CHAT, text, sampling, pieces, constraints=constraints, tool_results=results)
+
+    def _constraints(self, response_format: Any, grammar: object, tools: Any, tool_choice: Any) -> Constraints:
+        return Constraints.build(
+            response_format=response_format,
+            grammar=grammar,
+            tools=tools,
+            tool_choice=tool_choice,
+            tool_format=self.backend.tool_format,
+            generation_prompt=self.backend.generation_prompt,
+        )
 
     async def regenerate(self, session_id: str, *, timeout: float | None = None, **sampling: Any) -> Reply:
         """Replace the last reply with a new one for the same user message."""
@@ -271,11 +337,23 @@ class Runtime:
         return reply
 
     async def stream(
-        self, session_id: str, message: str, *, timeout: float | None = None, **sampling: Any
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        tool_results: Mapping[str, Any] | None = None,
+        response_format: Any = None,
+        grammar: str | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = "auto",
+        timeout: float | None = None,
+        **sampling: Any,
     ) -> AsyncIterator[str | Reply]:
-        """Yield the reply's text pieces as they are generated, then the Reply."""
+        """Yield the reply's text pieces as they are generated, then the Reply (a turn that may call tools
+        yields only its Reply: its text is read whole)."""
         pieces = Pieces()
-        job = self._submit(session_id, Turn(RequestKind.CHAT, v.check_text(message), sampling, pieces), timeout)
+        turn = self._turn(message, tool_results, sampling, response_format, grammar, tools, tool_choice, pieces)
+        job = self._submit(session_id, turn, timeout)
         async for item in follow(self.scheduler, job, pieces, timeout):
             yield item
 
@@ -284,6 +362,10 @@ class Runtime:
         messages: list[dict[str, Any]],
         *,
         session_id: str | None = None,
+        response_format: Any = None,
+        grammar: str | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = "auto",
         timeout: float | None = None,
         **sampling: Any,
     ) -> Reply:
@@ -292,7 +374,8 @@ class Runtime:
         Stateless by default (nothing is stored; each call is queued on its own). With `session_id`, calls
         are queued per session like `chat`, and the session's transcript becomes `messages` + the reply.
         """
-        job = self._submit_complete(messages, session_id, timeout, sampling, None)
+        constraints = self._constraints(response_format, grammar, tools, tool_choice)
+        job = self._submit_complete(messages, session_id, timeout, sampling, None, constraints)
         reply: Reply = await self.scheduler.wait(job, timeout)
         return reply
 
@@ -301,12 +384,17 @@ class Runtime:
         messages: list[dict[str, Any]],
         *,
         session_id: str | None = None,
+        response_format: Any = None,
+        grammar: str | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = "auto",
         timeout: float | None = None,
         **sampling: Any,
     ) -> AsyncIterator[str | Reply]:
         """`complete`, streamed: the reply's text pieces, then the Reply."""
         pieces = Pieces()
-        job = self._submit_complete(messages, session_id, timeout, sampling, pieces)
+        constraints = self._constraints(response_format, grammar, tools, tool_choice)
+        job = self._submit_complete(messages, session_id, timeout, sampling, pieces, constraints)
         async for item in follow(self.scheduler, job, pieces, timeout):
             yield item
 
@@ -317,11 +405,18 @@ class Runtime:
         timeout: object,
         sampling: dict[str, Any],
         pieces: Pieces | None,
+        constraints: Constraints,
     ) -> Job:
         sid = f"@stateless:{next(self._anonymous)}" if session_id is None else v.check_session_id(session_id)
         conversation = v.check_conversation(messages, sid)
         turn = Turn(
-            RequestKind.COMPLETE, None, sampling, pieces, conversation=conversation, commit=session_id is not None
+            RequestKind.COMPLETE,
+            None,
+            sampling,
+            pieces,
+            conversation=conversation,
+            commit=session_id is not None,
+            constraints=constraints,
         )
         return self._submit(sid, turn, timeout)
 

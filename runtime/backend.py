@@ -14,6 +14,7 @@ from caches.disk_tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.chat_template import RenderedChat
 from runtime.sampler import GrammarSpec
+from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
@@ -65,8 +66,22 @@ class SlotBackend(Protocol):
     n_ctx: int
     name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
 
-    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
+    def prepare(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> RenderedChat:
         """Render and tokenize a conversation (with the message starts the slot's checkpoints need)."""
+        ...
+
+    def tool_format(self) -> ToolFormat:
+        """How this model's chat template offers tools and writes calls."""
+        ...
+
+    def generation_prompt(self) -> str:
+        """What the chat template appends for the assistant's turn."""
         ...
 
     def run(self, req: SlotRequest) -> SlotResult:
@@ -102,9 +117,30 @@ class LlamaBackend:
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
 
-    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
-        rendered: RenderedChat = self.engine.render(messages, spans=self.engine.needs_checkpoints)
+    def prepare(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> RenderedChat:
+        rendered: RenderedChat = self.engine.render(
+            messages, spans=self.engine.needs_checkpoints, tools=tools, template_kwargs=template_kwargs
+        )
         return rendered
+
+    def tool_format(self) -> ToolFormat:
+        fmt: ToolFormat = self.engine.template.tool_format()
+        return fmt
+
+    def generation_prompt(self) -> str:
+        """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it
+        and be fed those tokens, as llama-server does); else "" (the grammar starts at the reply)."""
+        eng = self.engine
+        prompt: str = eng.template.generation_prompt()
+        tokens = eng.tokenize(prompt, add_special=False, parse_special=True)
+        spelled = b"".join(eng.token_to_piece(t, special=True) for t in tokens).decode("utf-8", "replace")
+        return prompt if spelled == prompt else ""
 
     def run(self, req: SlotRequest) -> SlotResult:
         result: SlotResult = self.slot.run(req)

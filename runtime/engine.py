@@ -256,11 +256,9 @@ class Engine:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return b"".join(self.token_to_piece(t) for t in tokens).decode("utf-8", "replace")
 
-    def render(
-        self, messages: Sequence[dict[str, str]], *, add_generation_prompt: bool = True, spans: bool = True
-    ) -> RenderedChat:
+    def render(self, messages: Sequence[dict[str, Any]], **options: Any) -> RenderedChat:
         """`self.template.render`: the chat rendered with the model's template and tokenized."""
-        return self.template.render(messages, add_generation_prompt=add_generation_prompt, spans=spans)
+        return self.template.render(messages, **options)
 
     # --- evaluation ----------------------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sessions.errors import InvalidConfig, TurnstileError
 
 __all__ = [
@@ -11,6 +13,7 @@ __all__ = [
     "InvalidRequest",
     "InvalidTool",
     "InvalidToolArguments",
+    "MaxStepsExceeded",
     "ModelLoadError",
     "QueueFull",
     "ReplyMismatch",
@@ -104,3 +107,13 @@ class ResponseFormatError(TurnstileError, TypeError):
 
 class ReplyMismatch(TurnstileError, ValueError):
     """Raised when a reply's text is not JSON or does not match the response format's schema or type."""
+
+
+class MaxStepsExceeded(TurnstileError):
+    """Raised by `Runtime.run` when the model still calls tools after `max_steps` calls; carries the steps."""
+
+    def __init__(self, max_steps: int, steps: tuple[Any, ...], last: Any) -> None:
+        super().__init__(f"the model still calls tools after {max_steps} steps")
+        self.max_steps = max_steps
+        self.steps = steps  # the `Step`s taken
+        self.last = last  # the last `Reply` (its tool calls were not run)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from runtime.types import CacheSource, FinishReason
+from sessions.model import ToolCall
 
 
 class Usage(msgspec.Struct, frozen=True):
@@ -27,6 +30,14 @@ class Timings(msgspec.Struct, frozen=True):
     total: float  # from the request to its reply
 
 
+class Step(msgspec.Struct, frozen=True):
+    """One tool call of an agent run and the result that went back to the model."""
+
+    call: ToolCall
+    result: str
+    error: bool = False  # the function raised; `result` is its error text
+
+
 class Reply(msgspec.Struct, frozen=True):
     """One assistant turn."""
 
@@ -38,3 +49,7 @@ class Reply(msgspec.Struct, frozen=True):
     cache_source: CacheSource
     timings: Timings
     revision: int  # the session's revision after this turn was committed (unchanged if cancelled)
+    parsed: Any = None  # structured output: the decoded, validated reply (None if cut by max_tokens)
+    tool_calls: tuple[ToolCall, ...] = ()  # finish_reason "tool_calls": the calls the model made
+    steps: tuple[Step, ...] = ()  # `Runtime.run`: the tool calls made on the way, with their results
+

@@ -97,6 +97,9 @@ class Sampler:
             )
             if grammar.prefill and not grammar.lazy:
                 for tok in self._prefill_tokens(grammar.prefill):
+                    if not self._allows(tok):  # accepting a refused token would abort the process
+                        self.close()
+                        raise InvalidRequest("the grammar does not start with the generation prompt's tokens")
                     llama_cpp.llama_sampler_accept(self._grammar, tok)
 
     def _prefill_tokens(self, text: str) -> list[int]:
@@ -114,14 +117,18 @@ class Sampler:
         if self._grammar is None:
             return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
         tok = self._apply(grammar=False)
-        one = llama_cpp.llama_token_data(tok, 1.0, 0.0)
-        single = llama_cpp.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
-        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(single))
-        if math.isinf(one.logit) and one.logit < 0:  # the grammar rejects it: sample again, grammar first
+        if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
             tok = self._apply(grammar=True)
         llama_cpp.llama_sampler_accept(self._grammar, tok)
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok
+
+    def _allows(self, token: int) -> bool:
+        """Whether the grammar accepts `token` next (llama-server's one-token check)."""
+        one = llama_cpp.llama_token_data(token, 1.0, 0.0)
+        single = llama_cpp.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(single))
+        return not (math.isinf(one.logit) and one.logit < 0)
 
     def _apply(self, *, grammar: bool) -> int:
         eng = self._engine

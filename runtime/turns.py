@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import structlog
 
 from runtime.backend import SlotBackend, SlotRequest, SlotResult
+from runtime.constraints import Constraints, Finished
 from runtime.reply import Reply, Timings, Usage
 from runtime.scheduler import Job
 from runtime.stream import Pieces
 from runtime.types import RequestKind
 from sessions import Sampling, Session, history
-from sessions.errors import InvalidHistoryOp, SessionNotFound
+from sessions.errors import SessionNotFound
 from sessions.log import get_logger
 from sessions.store import SessionStore
 
@@ -45,6 +46,8 @@ class Turn:
     index: int | None = None
     conversation: Session | None = None  # complete: the messages to answer, as a session
     commit: bool = True  # complete without a session id: answer, store nothing
+    constraints: Constraints = field(default_factory=Constraints)
+    tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
 
 
 class TurnRunner:
@@ -75,26 +78,32 @@ class TurnRunner:
                     pending = msgspec.structs.replace(
                         pending, created=session.created, sampling=session.sampling, metadata=session.metadata
                     )
+            elif turn.kind is RequestKind.CHAT and turn.tool_results is not None:
+                pending = history.append_tool_results(session, turn.tool_results)
             elif turn.kind is RequestKind.CHAT:
                 assert turn.message is not None
                 pending = history.append_user(session, turn.message)
             else:
                 pending = self._pending(turn, session)
             sampling = session.sampling.with_overrides(**turn.overrides) if turn.overrides else session.sampling
+            if turn.constraints.stops:
+                sampling = sampling.with_overrides(stop=(*sampling.stop, *turn.constraints.stops))
             log.info(
                 "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
             )
-            result: SlotResult = await self._in_slot(
-                self._run_in_slot, job, pending.chat_messages(), sampling, turn.pieces
-            )
-            if result.finish_reason == "cancelled" or job.cancelled or not turn.commit:
+            pieces = turn.pieces if turn.constraints.streams_text else None
+            result: SlotResult = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces)
+            if result.finish_reason == "cancelled" or job.cancelled:
                 return self._reply(job, result, session.revision)
-            new = history.append_reply(pending, result.text)
+            done = turn.constraints.finish(result.text, result.finish_reason)
+            if not turn.commit:
+                return self._reply(job, result, session.revision, done)
+            new = history.append_reply(pending, done.text, tool_calls=done.tool_calls)
             committed: Session | None = await self._store(
                 self.store.commit, new, expected_revision=session.revision if existed else None, unless=job.is_cancelled
             )
             if committed is None:  # withdrawn while the write was due: nothing written
-                return self._reply(job, result, session.revision)
+                return self._reply(job, result, session.revision, done)
             job.undo = self._undo(sid, session if existed else None, committed.revision)
             log.info(
                 "request.done",
@@ -105,7 +114,7 @@ class TurnRunner:
                 generated=result.generated_tokens,
                 source=result.cache_source,
             )
-            return self._reply(job, result, committed.revision)
+            return self._reply(job, result, committed.revision, done)
 
     def _undo(self, sid: str, previous: Session | None, revision: int) -> Callable[[], Awaitable[None]]:
         async def undo() -> None:
@@ -129,19 +138,20 @@ class TurnRunner:
         if turn.kind is RequestKind.EDIT:
             assert turn.index is not None and turn.message is not None
             return history.edit(session, turn.index, turn.message)
-        msgs = session.messages
-        if msgs and msgs[-1].role == "assistant":
-            return history.truncate(session, len(msgs) - 1)
-        if msgs and msgs[-1].role == "user":
-            return session
-        raise InvalidHistoryOp(f"session {session.id!r} has no turn to regenerate")
+        return history.regenerate_base(session)
 
     def _run_in_slot(
-        self, job: Job, messages: list[dict[str, Any]], sampling: Sampling, pieces: Pieces | None
+        self, job: Job, pending: Session, sampling: Sampling, turn: Turn, pieces: Pieces | None
     ) -> SlotResult:
         """Worker thread: render, tokenize, run the slot."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
-            rendered = self.backend.prepare(messages)
+            messages = pending.chat_messages()
+            tools = turn.constraints.tools
+            if tools is not None:
+                plan = tools.render_plan(messages)
+                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=plan.kwargs)
+            else:
+                rendered = self.backend.prepare(messages)
             first = [True]
 
             def on_piece(piece: str) -> None:
@@ -159,6 +169,7 @@ class TurnRunner:
                 on_piece=on_piece,
                 request_id=job.id,
                 session_id=job.session_id,
+                grammar=turn.constraints.grammar,
             )
             result = self.backend.run(req)
             self.last_key[job.session_id] = self.backend.state_key()
@@ -166,14 +177,14 @@ class TurnRunner:
             return result
 
     @staticmethod
-    def _reply(job: Job, r: SlotResult, revision: int) -> Reply:
+    def _reply(job: Job, r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
         now = time.perf_counter()
         started = job.started or job.submitted
         return Reply(
             session_id=job.session_id,
             request_id=job.id,
-            text=r.text,
-            finish_reason=r.finish_reason,
+            text=done.text if done is not None else r.text,
+            finish_reason=done.finish_reason if done is not None else r.finish_reason,
             usage=Usage(
                 prompt_tokens=r.prompt_tokens,
                 cached_tokens=r.cached_tokens,
@@ -190,4 +201,6 @@ class TurnRunner:
                 total=now - job.submitted,
             ),
             revision=revision,
+            parsed=done.parsed if done is not None else None,
+            tool_calls=done.tool_calls if done is not None else (),
         )

@@ -8,7 +8,7 @@ from typing import Literal
 
 __all__ = ["CacheRules", "CacheSource", "FinishReason", "RequestKind"]
 
-FinishReason = Literal["stop", "length", "cancelled"]
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
 CacheRules = Literal["turnstile", "llama-server"]
 

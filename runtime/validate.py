@@ -8,6 +8,7 @@ not replaced, so what is stored is exactly what was sent.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -92,3 +93,17 @@ def check_conversation(messages: object, session_id: str) -> Session:
 
 
 _SAFE_ID = "conversation"  # import_ wants an id; the caller's is set after
+
+
+def check_tool_results(results: object) -> dict[str, str]:
+    """`{call_id: value}` with values as tool-message text (strings as they are, anything else as JSON)."""
+    from runtime.tools import result_text
+
+    if not isinstance(results, Mapping) or not results:
+        raise InvalidRequest("tool_results must be a non-empty mapping of call id to result")
+    out: dict[str, str] = {}
+    for call_id, value in results.items():
+        if not isinstance(call_id, str):
+            raise InvalidRequest(f"tool_results keys must be call ids (str), not {type(call_id).__name__}")
+        out[call_id] = check_text(result_text(value), f"tool result {call_id}")
+    return out

@@ -15,13 +15,13 @@ import msgspec
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from runtime.testing.tiny_models import CHATML_TEMPLATE
 from runtime.tools import GenericFormat, HermesFormat, Llama3Format, Tool, ToolChoice, ToolFormat, as_tools
 from runtime.tools.base import RenderPlan
 from runtime.tools.formats import detect_format, render_prompt, template_uses_tools
 from runtime.tools.generic import RESPOND, TOOLS_INTRO
 from sessions import Message, Session, history
 from sessions.model import ToolCall
-from runtime.testing.tiny_models import CHATML_TEMPLATE
 from tests.tool_models import write_llama3, write_qwen
 
 WEATHER: dict[str, Any] = {

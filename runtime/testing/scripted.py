@@ -31,6 +31,7 @@ from caches.tokens import lcp
 from runtime.backend import SlotRequest, SlotResult
 from runtime.chat_template import RenderedChat
 from runtime.errors import ContextOverflow
+from runtime.tools import GenericFormat, ToolFormat
 from runtime.types import FinishReason
 
 __all__ = ["Gate", "ScriptedBackend", "ScriptedStats"]
@@ -99,7 +100,19 @@ class ScriptedBackend:
 
     # --- SlotBackend ---------------------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
+    def tool_format(self) -> ToolFormat:
+        return GenericFormat()
+
+    def generation_prompt(self) -> str:
+        return "assistant: "
+
+    def prepare(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> RenderedChat:
         text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages) + "assistant: "
         tokens = [ord(c) for c in text]
         self._prepared = messages

@@ -1,0 +1,127 @@
+"""Structured output against llama-server: the same prompts through its /v1/chat/completions with
+`response_format` (JSON schemas) and a raw `grammar`, and through `Runtime.complete`; greedy on SmolLM2.
+Every reply's text must be identical (`reply.text` is llama-server's `message.content`: the JSON value,
+without the ```json fence SmolLM2 likes to open). Runs only when TURNSTILE_LLAMA_SERVER names a binary.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import Runtime
+from runtime.testing.llama_server import LlamaServer
+
+ENV = "TURNSTILE_LLAMA_SERVER"
+_BINARY = os.environ.get(ENV, "")
+
+pytestmark = [
+    pytest.mark.oracle,
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.isfile(_BINARY), reason=f"{ENV} does not name a llama-server binary"),
+]
+
+N_CTX, THREADS, MAX_TOKENS, SEED = 4096, 2, 96, 0
+
+SCHEMAS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "Describe a fictional person.",
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "address": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+            "required": ["name", "address"],
+        },
+    ),
+    (
+        "List three fruits.",
+        {
+            "type": "object",
+            "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}},
+            "required": ["fruits"],
+        },
+    ),
+    (
+        "Is the sky blue? Answer with a verdict.",
+        {"type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}}, "required": ["verdict"]},
+    ),
+    (
+        "Give a book title, and its year if you know it.",
+        {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
+            "required": ["title"],
+        },
+    ),
+    (
+        "Rate pizza from 1 to 10 and give a temperature in Celsius.",
+        {
+            "type": "object",
+            "properties": {
+                "rating": {"type": "integer", "minimum": 1, "maximum": 10},
+                "celsius": {"type": "number", "minimum": -50, "maximum": 60},
+            },
+            "required": ["rating", "celsius"],
+        },
+    ),
+]
+
+GRAMMAR = 'root ::= "The answer is " ("yes" | "no") "."'
+
+
+def messages(prompt: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "You answer in JSON."}, {"role": "user", "content": prompt}]
+
+
+async def test_structured_output_and_grammar_match_llama_server(smollm2_path: Path) -> None:
+    with LlamaServer(_BINARY, smollm2_path, n_ctx=N_CTX, threads=THREADS, cache_ram_mib=8192, seed=SEED) as srv:
+        want = [
+            srv.chat(
+                messages(p),
+                max_tokens=MAX_TOKENS,
+                seed=SEED,
+                response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+            ).text
+            for p, schema in SCHEMAS
+        ]
+        want.append(srv.chat(messages("Is water wet?"), max_tokens=MAX_TOKENS, seed=SEED, grammar=GRAMMAR).text)
+        want.append(
+            srv.chat(
+                messages("Give me any JSON object about cats."),
+                max_tokens=MAX_TOKENS,
+                seed=SEED,
+                response_format={"type": "json_object"},
+            ).text
+        )
+    got: list[str] = []
+    async with Runtime.open(smollm2_path, n_ctx=N_CTX, n_threads=THREADS, cache_rules="llama-server") as rt:
+        for p, schema in SCHEMAS:
+            r = await rt.complete(
+                messages(p), response_format=schema, max_tokens=MAX_TOKENS, temperature=0.0, seed=SEED
+            )
+            got.append(r.text)
+            if r.finish_reason != "length":
+                assert r.parsed is not None
+        r = await rt.complete(
+            messages("Is water wet?"), grammar=GRAMMAR, max_tokens=MAX_TOKENS, temperature=0.0, seed=SEED
+        )
+        got.append(r.text)
+        r = await rt.complete(
+            messages("Give me any JSON object about cats."),
+            response_format="json",
+            max_tokens=MAX_TOKENS,
+            temperature=0.0,
+            seed=SEED,
+        )
+        got.append(r.text)
+    assert all(w.startswith("{") for w in want[:5]) and want[5] in ("The answer is yes.", "The answer is no.")
+    assert got == want
