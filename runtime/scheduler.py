@@ -100,6 +100,7 @@ class Scheduler:
         self._stopped = anyio.Event()
         self._max_skips = 0
         self._n = _Counters()
+        self._held: dict[str, Job] = {}  # session -> its job whose commit its caller has not taken yet
 
     # --- callers ------------------------------------------------------------------------------------
 
@@ -137,9 +138,16 @@ class Scheduler:
             with anyio.CancelScope(shield=True):
                 await self.withdraw(job, "cancelled")
             raise
+        self._acknowledge(job)
         if job.error is not None:
             raise job.error
         return job.result
+
+    def _acknowledge(self, job: Job) -> None:
+        """The caller has the result: its commit stands, and its session's next job may run."""
+        job.undo = None
+        if self._held.pop(job.session_id, None) is not None:
+            self._wake.set()
 
     async def withdraw(self, job: Job, why: str) -> None:
         """Take a job back: out of the queue, or (running) stopped at the next token and waited for; a job
@@ -155,10 +163,13 @@ class Scheduler:
             await job.done.wait()
             log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="running", why=why)
         job.cancelled = True
-        undo, job.undo = job.undo, None
-        if undo is not None:
-            await undo()
-            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="committed", why=why)
+        undo = job.undo
+        try:
+            if undo is not None:
+                await undo()
+                log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="committed", why=why)
+        finally:
+            self._acknowledge(job)
 
     # --- the worker ---------------------------------------------------------------------------------
 
@@ -173,8 +184,11 @@ class Scheduler:
         self._n_queued -= 1
         return True
 
-    def _pick(self) -> Job:
-        heads = [q[0] for q in self._queues.values()]  # per-session order: only a head may run
+    def _pick(self) -> Job | None:
+        # per-session order: only a head may run, and not while its session's last commit awaits its caller
+        heads = [q[0] for sid, q in self._queues.items() if sid not in self._held]
+        if not heads:
+            return None
         job = self.policy.pick(heads, lambda j: self._affinity(j.session_id))
         for j in heads:
             if j is not job and j.arrival < job.arrival:
@@ -186,14 +200,15 @@ class Scheduler:
         """The worker loop; returns after `close()` once the running job is done."""
         try:
             while True:
-                if not self._queues:
-                    if self._closing:
+                job = self._pick()
+                if job is None:
+                    if self._closing and not self._queues:
                         return
                     await self._wake.wait()
                     self._wake = anyio.Event()
                     continue
-                job = self._pick()
                 self._dequeue(job)
+                held = False
                 self._running = job
                 job.started = time.perf_counter()
                 try:
@@ -214,7 +229,12 @@ class Scheduler:
                     )
                 finally:
                     self._running = None
+                    held = job.undo is not None
+                    if held:  # committed: the session waits until its caller has the reply
+                        self._held[job.session_id] = job
                     job.finish()
+                if held:
+                    await anyio.lowlevel.checkpoint()  # let the caller take it before the next pick
         finally:
             self._stopped.set()
 
