@@ -5,36 +5,48 @@ The slot hands `put` the serialized state (opaque bytes: state + checkpoints) of
 of a prompt, so a conversation whose state left RAM, or a restarted process, resumes from disk.
 
 Storage, per entry (key digest `d` = BLAKE2b of fingerprint + tokens; every key and value is a `str`,
-`int` or `bytes` that diskcache stores raw, nothing is pickled):
+`int` or `bytes` that diskcache stores raw; the directory is opened with `RawDisk`, which refuses a
+pickled row, so nothing is ever unpickled: such a row is logged and removed):
 
 - `turnstile:r:<d>` the state record: header + tokens + payload + CRC-32 (`disk_format`), a file;
-- `turnstile:i:<d>` the index record: the same header and tokens, no payload, so a lookup reads only
-  these (once per process: they are kept in memory, keyed by digest, and refreshed from the key list);
+- `turnstile:i:<d>` the index record: the same header and tokens, no payload;
 - `turnstile:u:<d>` `"<last use, ns>:<bytes>"`, the least-recently-used order and the entry's size.
 
 All three are written and removed together inside one diskcache transaction (an SQLite write lock, so
-two threads, two `DiskTier`s or two processes on one directory lose nothing). The byte limit is our own
-accounting: after each `put`, in the same transaction, the least recently used entries go until the
-records' bytes (state + index) fit; diskcache's own eviction is off (`eviction_policy="none"`). SQLite's
-own pages are not counted.
+two threads, two `DiskTier`s or two processes on one directory lose nothing), which also bumps the
+directory's change counter and logs the digests it changed (`disk_store`).
+
+In memory, rebuilt from the directory at open (one range query per key kind): a token trie of the
+entries (`disk_index.TokenIndex`: `find` and `put` cost depends on the prompt's length, not on the
+number of entries) and the usage book (`disk_usage.UsageBook`: byte total and LRU order). Every call
+first compares the change counter with the one it has seen and, if another object or process wrote,
+refreshes the digests the log names (a full reload if the log has a gap).
+
+The byte limit is our own accounting: after each `put`, in the same transaction, the least recently
+used entries go until the records' bytes (state + index) fit; at open too, so a lower limit holds at
+once. diskcache's own eviction is off (`eviction_policy="none"`). SQLite's own pages are not counted.
+A write that fails (a full disk) removes the files it created and changes nothing.
 
 A record that is damaged (checksum, truncated, lengths), of another format version, another model
 fingerprint or other context settings is removed, logged (`disk_tier.rejected`, with a `reason`) and
-treated as a miss. One directory serves one model: a tier removes the entries it cannot use.
+treated as a miss. One directory serves one model: a tier removes the entries it cannot use. A
+directory that cannot be used at all (read-only, not a directory, a damaged cache.db) raises
+`DiskTierUnavailable` at open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import itertools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import diskcache
 import structlog
 
 from caches.disk_format import (
@@ -48,14 +60,15 @@ from caches.disk_format import (
     record_size,
     tokens_to_bytes,
 )
-from caches.prompt_cache import _fdiv, lcp
+from caches.disk_index import TokenIndex
+from caches.disk_store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
+from caches.disk_usage import UsageBook, format_usage, parse_usage
+from caches.errors import DiskTierUnavailable
+from sessions.errors import UnsafeRecord
 
-__all__ = ["DiskTier", "DiskTierStats"]
+__all__ = ["DiskTier", "DiskTierStats", "DiskTierUnavailable"]
 
 log = structlog.get_logger(__name__)
-
-_PREFIX = "turnstile:"
-_I, _R, _U = "turnstile:i:", "turnstile:r:", "turnstile:u:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +93,11 @@ class DiskTierStats:
 class _Item:
     tokens: tuple[int, ...]
     nbytes: int
-    """State + index record bytes when the index was read (the usage key has the current figure)."""
+    """State + index record bytes from the index record (used if the usage row is missing)."""
+
+
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
 class DiskTier:
@@ -97,7 +114,11 @@ class DiskTier:
         settings: str | bytes = "",
         limit_bytes: int = 4 << 30,
     ) -> None:
-        """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit."""
+        """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
+
+        Loads the index, removes what this tier cannot use and evicts down to `limit_bytes`. Raises
+        `DiskTierUnavailable` if the directory cannot be used (read-only, not a directory, damaged).
+        """
         if limit_bytes < 0:
             raise ValueError("limit_bytes must be >= 0 (0: no limit)")
         self.directory = os.fspath(directory)
@@ -105,13 +126,20 @@ class DiskTier:
         self.settings = settings
         self.limit_bytes = limit_bytes
         self._fp = fingerprint.encode("utf-8")
-        self._cache: Any = diskcache.Cache(self.directory, eviction_policy="none", cull_limit=0, statistics=False)
         self._lock = threading.RLock()
-        self._index: dict[str, _Item] = {}
+        self._items: dict[str, _Item] = {}
+        self._trie = TokenIndex()
+        self._usage = UsageBook()
+        self._seq = -1  # the change counter the in-memory index reflects; -1: reload
         self._puts = self._hits = self._misses = self._evictions = 0
         self._replaced = self._rejected = self._written = self._read = 0
-        with self._lock:
-            self._sync()
+        self._store = TierStore(self.directory)
+        try:
+            with self._lock, self._write():
+                self._evict_over_limit(keep=None)
+        except STORE_ERRORS as e:
+            self._store.close()
+            raise DiskTierUnavailable(self.directory, _why(e)) from e
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -121,6 +149,7 @@ class DiskTier:
         Replaces an entry with the same tokens and drops the entries these tokens hold whole (their
         tokens are a prefix of these), as llama-server's prompt cache does. Refuses empty tokens and a
         record larger than the byte limit alone. Then evicts the least recently used over the limit.
+        A write that fails is logged (`disk_tier.write_failed`), leaves nothing behind and returns False.
         """
         toks = tuple(tokens)
         if not toks:
@@ -128,19 +157,19 @@ class DiskTier:
         tb = tokens_to_bytes(toks)
         parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, payload, token_bytes=tb)
         index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=len(payload), token_bytes=tb)
-        state_len = sum(len(p) for p in parts)
-        nbytes = state_len + len(index)
+        nbytes = sum(len(p) for p in parts) + len(index)
         if self.limit_bytes and nbytes > self.limit_bytes:
             log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes, limit_bytes=self.limit_bytes)
             return False
         d = self._digest(tb)
         t0 = time.perf_counter()
         try:
-            self._put(d, toks, parts, index, nbytes)
-        except (OSError, diskcache.Timeout) as e:
-            log.error(
-                "disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=f"{type(e).__name__}: {e}"
-            )
+            with self._lock:
+                self._put(d, toks, parts, index, nbytes)
+                self._puts += 1
+                self._written += nbytes
+        except WRITE_ERRORS as e:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=_why(e))
             return False
         log.debug(
             "disk_tier.put", key=d, n_tokens=len(toks), nbytes=nbytes, ms=round(1000 * (time.perf_counter() - t0), 2)
@@ -148,49 +177,47 @@ class DiskTier:
         return True
 
     def _put(self, d: str, toks: tuple[int, ...], parts: list[bytes | memoryview], index: bytes, nbytes: int) -> None:
-        """Lock and transaction taken here. Write first (a failed write deletes nothing: diskcache
-        removes a deleted value's file at once, even inside a transaction that is then rolled back)."""
-        with self._lock, self._cache.transact():
-            keys = self._sync()
-            self._sweep_orphans(keys)
-            self._cache.set(_I + d, index)
-            self._cache.set(_U + d, f"{time.time_ns()}:{nbytes}")
-            self._cache.set(_R + d, PartsReader(parts), read=True)  # last: its file outlives a rollback
-            for od, item in list(self._index.items()):
-                n = len(item.tokens)
-                if od != d and n < len(toks) and toks[:n] == item.tokens:
-                    self._delete(od)
-                    self._replaced += 1
-                    log.debug("disk_tier.replaced", key=od, n_tokens=n)
-            self._index[d] = _Item(toks, nbytes)
+        """Lock held. Write first, then delete (diskcache removes a deleted value's file at once, even
+        inside a transaction that is then rolled back); a failure rolls back and removes the new files."""
+        with self._write() as txn:
+            stamp = time.time_ns()
+            self._store.put(IDX + d, index)
+            self._store.put(USE + d, format_usage(stamp, nbytes))
+            self._store.put(REC + d, PartsReader(parts), read=True)
+            txn.changed.add(d)
+            for od in self._trie.prefixes(toks):
+                log.debug("disk_tier.replaced", key=od, n_tokens=len(self._items[od].tokens))
+                self._delete(od)
+                self._replaced += 1
+            self._add(d, toks, nbytes, stamp, nbytes)
             self._evict_over_limit(keep=d)
-            self._puts += 1
-            self._written += nbytes
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], bytes] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
 
         Candidates keep at least a quarter of themselves (lcp / their length >= 0.25, as llama-server's
         prompt cache) and more than `better_than` tokens of the prompt. The most kept tokens wins; among
-        equals, the larger kept fraction (the shorter entry). A candidate whose record fails its checks is
-        removed and the next one tried.
+        equals, the larger kept fraction (the shorter entry), then the smaller digest. A candidate whose
+        record fails its checks is removed and the next one tried. `disk_index.scan_rank` is this rule as
+        a scan over every entry (the reference the index is tested against).
         """
         want = tuple(prompt)  # the index holds tuples: compare like with like
-        with self._lock:
-            self._sync()
-            ranked: list[tuple[int, int, str, _Item]] = []
-            for d, item in self._index.items():
-                n = lcp(item.tokens, want)
-                if n <= better_than or _fdiv(n, len(item.tokens)) < 0.25:
-                    continue
-                ranked.append((-n, len(item.tokens), d, item))
-        ranked.sort(key=lambda r: r[:3])
-        for _neg, _, d, item in ranked:
-            payload = self._read_state(d, item)
-            if payload is not None:
-                self._touch(d)
-                log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=-_neg)
-                return list(item.tokens), payload
+        try:
+            for attempt in itertools.count():  # each failed attempt removes its entry
+                with self._lock:
+                    self._sync()
+                    hit = self._trie.best(want, better_than) if attempt <= len(self._items) else None
+                    if hit is None:
+                        break
+                    d, kept = hit
+                    item = self._items[d]
+                payload = self._read_state(d, item)
+                if payload is not None:
+                    self._touch(d)
+                    log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=kept)
+                    return list(item.tokens), payload
+        except STORE_ERRORS as e:
+            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
         with self._lock:
             self._misses += 1
         return None
@@ -198,43 +225,47 @@ class DiskTier:
     def remove(self, tokens: Sequence[int]) -> bool:
         """Remove the entry for exactly these tokens; True if there was one."""
         d = self._digest(tokens_to_bytes(tokens))
-        with self._lock, self._cache.transact():
-            found = (_I + d) in self._cache
-            self._delete(d)
+        try:
+            with self._lock, self._write():
+                found = d in self._items
+                if found:
+                    self._delete(d)
+        except STORE_ERRORS as e:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=_why(e))
+            return False
         return found
 
     def __len__(self) -> int:
         with self._lock:
-            self._sync()
-            return len(self._index)
+            self._sync_quietly()
+            return len(self._items)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the records (state + index) the directory holds for this tier."""
         with self._lock:
-            self._sync()
-            return sum(nbytes for _, nbytes in self._usage().values())
+            self._sync_quietly()
+            return self._usage.total
 
     def stats(self) -> DiskTierStats:
         with self._lock:
-            self._sync()
-            usage = self._usage()
-        return DiskTierStats(
-            entries=len(usage),
-            bytes=sum(n for _, n in usage.values()),
-            limit_bytes=self.limit_bytes,
-            puts=self._puts,
-            hits=self._hits,
-            misses=self._misses,
-            evictions=self._evictions,
-            replaced=self._replaced,
-            rejected=self._rejected,
-            bytes_written=self._written,
-            bytes_read=self._read,
-        )
+            self._sync_quietly()
+            return DiskTierStats(
+                entries=len(self._items),
+                bytes=self._usage.total,
+                limit_bytes=self.limit_bytes,
+                puts=self._puts,
+                hits=self._hits,
+                misses=self._misses,
+                evictions=self._evictions,
+                replaced=self._replaced,
+                rejected=self._rejected,
+                bytes_written=self._written,
+                bytes_read=self._read,
+            )
 
     def close(self) -> None:
-        self._cache.close()
+        self._store.close()
 
     def __enter__(self) -> DiskTier:
         return self
@@ -242,7 +273,7 @@ class DiskTier:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals (callers hold self._lock where noted) ----------------------------------------------
+    # -- staying in line with the directory (callers hold self._lock) -----------------------------------
 
     def _digest(self, token_bytes: bytes) -> str:
         h = hashlib.blake2b(digest_size=20)
@@ -251,72 +282,129 @@ class DiskTier:
         h.update(token_bytes)
         return h.hexdigest()
 
-    def _keys(self) -> list[str]:
-        return [k for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(_PREFIX)]
+    def _sync(self) -> None:
+        """Lock held. If anyone wrote since we last looked, catch up (inside a write transaction, so that
+        what we read is one consistent snapshot)."""
+        if self._store.txn is None and self._store.seq() != self._seq:
+            with self._write():
+                pass
 
-    def _sync(self) -> list[str]:
-        """Lock held. Bring the in-memory index in line with the directory; return our keys."""
-        keys = self._keys()
-        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
-        for d in [d for d in self._index if d not in present]:
-            del self._index[d]
-        for d in sorted(present - self._index.keys()):
-            raw = self._cache.get(_I + d)
-            if raw is None:  # removed since the key list was read
-                continue
-            try:
-                if not isinstance(raw, bytes):
-                    raise RecordError("kind", f"a {type(raw).__name__} value")
-                rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp, settings=self.settings)
-            except RecordError as e:
-                self._reject(d, e.reason, str(e))
-                continue
-            state_len = record_size(KIND_STATE, self._fp, self.settings, len(rec.tokens), rec.payload_len)
-            self._index[d] = _Item(rec.tokens, state_len + len(raw))
-        return keys
+    def _sync_quietly(self) -> None:
+        try:
+            self._sync()
+        except STORE_ERRORS as e:
+            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
 
-    def _sweep_orphans(self, keys: list[str]) -> None:
-        """Lock and transaction held. Remove state/usage keys whose index record is gone (a crash)."""
-        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
-        for k in keys:
-            if not k.startswith(_I) and k[len(_R) :] not in present:
-                self._cache.delete(k)
-
-    def _usage(self) -> dict[str, tuple[int, int]]:
-        """Lock held. digest -> (last use in ns, bytes), from the usage keys (the index's size if absent)."""
-        out: dict[str, tuple[int, int]] = {}
-        for d, item in self._index.items():
-            raw = self._cache.get(_U + d)
-            stamp, nbytes = 0, item.nbytes
-            if isinstance(raw, str) and raw.count(":") == 1:
-                a, b = raw.split(":")
-                if a.isdigit() and b.isdigit():
-                    stamp, nbytes = int(a), int(b)
-            out[d] = (stamp, nbytes)
-        return out
-
-    def _evict_over_limit(self, keep: str) -> None:
-        """Lock and transaction held. Remove the least recently used entries until the bytes fit."""
-        if not self.limit_bytes:
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Txn]:
+        """Lock held. A write transaction that starts in line with the directory; nested calls share it."""
+        if self._store.txn is not None:
+            yield self._store.txn
             return
-        usage = self._usage()
-        total = sum(n for _, n in usage.values())
-        for d in sorted(usage, key=lambda d: (usage[d][0], d)):
-            if total <= self.limit_bytes:
-                break
-            if d == keep:
+        try:
+            with self._store.write() as txn:
+                if txn.base != self._seq:
+                    changed = self._store.changes(self._seq, txn.base)
+                    if changed is None:
+                        self._reload()
+                    else:
+                        for d in sorted(changed):
+                            self._refresh(d)
+                    self._seq = txn.base
+                yield txn
+        except BaseException:
+            self._seq = -1  # the in-memory index may hold what was rolled back: reload next time
+            raise
+        self._seq = txn.seq
+
+    def _reload(self) -> None:
+        """Lock and transaction held. Rebuild the in-memory index from the directory, three range queries;
+        remove unusable entries and rows that belong to no entry (a crash of an older version)."""
+        known = self._items
+        self._items, self._trie, self._usage = {}, TokenIndex(), UsageBook()
+        usage = dict(self._store.scan(USE))
+        for key, raw in self._store.scan(IDX):
+            d = key[len(IDX) :]
+            item = known.get(d) or self._decode_index(d, raw)
+            if item is None:
                 continue
-            total -= usage[d][1]
-            self._delete(d)
-            self._evictions += 1
-            log.debug("disk_tier.evicted", key=d, nbytes=usage[d][1], total=total, limit=self.limit_bytes)
+            u = usage.get(USE + d)
+            if isinstance(u, BaseException):
+                self._reject(d, "unsafe" if isinstance(u, UnsafeRecord) else "unreadable", _why(u))
+                continue
+            self._add(d, item.tokens, item.nbytes, *parse_usage(u, item.nbytes))
+        for prefix, rows in ((USE, usage.items()), (REC, self._store.scan(REC, values=False))):
+            for key, _ in rows:
+                if key[len(prefix) :] not in self._items:
+                    self._store.delete(key)
+
+    def _refresh(self, d: str) -> None:
+        """Lock and transaction held. Bring one entry in line with its rows."""
+        try:
+            raw = self._store.get(IDX + d)
+            u = self._store.get(USE + d) if raw is not None else None
+        except (UnsafeRecord, OSError) as e:
+            self._reject(d, "unsafe" if isinstance(e, UnsafeRecord) else "unreadable", _why(e))
+            return
+        if raw is None:
+            self._drop(d)
+            return
+        item = self._items.get(d) or self._decode_index(d, raw)
+        if item is not None:
+            self._add(d, item.tokens, item.nbytes, *parse_usage(u, item.nbytes))
+
+    def _decode_index(self, d: str, raw: object) -> _Item | None:
+        """Lock and transaction held. An index row as an item, or None (the entry rejected)."""
+        try:
+            if isinstance(raw, BaseException):
+                raise raw
+            if not isinstance(raw, bytes):
+                raise RecordError("kind", f"a {type(raw).__name__} value")
+            rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp, settings=self.settings)
+        except UnsafeRecord as e:
+            self._reject(d, "unsafe", str(e))
+            return None
+        except OSError as e:
+            self._reject(d, "unreadable", _why(e))
+            return None
+        except RecordError as e:
+            self._reject(d, e.reason, str(e))
+            return None
+        state_len = record_size(KIND_STATE, self._fp, self.settings, len(rec.tokens), rec.payload_len)
+        return _Item(rec.tokens, state_len + len(raw))
+
+    # -- in-memory bookkeeping and row changes (callers hold self._lock and a transaction) ---------------
+
+    def _add(self, d: str, tokens: tuple[int, ...], item_nbytes: int, stamp: int, nbytes: int) -> None:
+        self._items[d] = _Item(tokens, item_nbytes)
+        self._trie.add(d, tokens)
+        self._usage.set(d, stamp, nbytes)
+
+    def _drop(self, d: str) -> None:
+        item = self._items.pop(d, None)
+        if item is not None:
+            self._trie.remove(d, item.tokens)
+        self._usage.discard(d)
 
     def _delete(self, d: str) -> None:
-        """Lock held. Remove an entry's three keys in one transaction."""
-        with self._cache.transact():
-            for prefix in (_I, _U, _R):
-                self._cache.delete(prefix + d)
-        self._index.pop(d, None)
+        """Remove an entry's three rows (and its file)."""
+        with self._write() as txn:
+            for prefix in (IDX, USE, REC):
+                self._store.delete(prefix + d)
+            txn.changed.add(d)
+            self._drop(d)
+
+    def _evict_over_limit(self, keep: str | None) -> None:
+        """Remove the least recently used entries (never `keep`) until the bytes fit."""
+        if not self.limit_bytes:
+            return
+        for d in self._usage.victims(self.limit_bytes, keep):
+            row = self._usage.get(d)
+            self._delete(d)
+            self._evictions += 1
+            log.debug(
+                "disk_tier.evicted", key=d, nbytes=row and row[1], total=self._usage.total, limit=self.limit_bytes
+            )
 
     def _reject(self, d: str, reason: str, detail: str) -> None:
         """Lock held. Remove an unusable entry and say why."""
@@ -324,20 +412,23 @@ class DiskTier:
         log.warning("disk_tier.rejected", reason=reason, detail=detail, key=d, directory=self.directory)
         self._delete(d)
 
+    # -- state records ------------------------------------------------------------------------------------
+
     def _read_state(self, d: str, item: _Item) -> bytes | None:
         """Read and check an entry's state record, without the lock; None (entry removed) if unusable."""
+        reason = "missing"
         try:
-            handle = self._cache.get(_R + d, read=True)
+            handle: Any = self._store.get(REC + d, read=True)
+        except UnsafeRecord as e:
+            handle, reason, error = None, "unsafe", str(e)
         except OSError as e:
-            handle, error = None, f"{type(e).__name__}: {e}"
+            handle, error = None, _why(e)
         else:
             error = "no state record"
         if handle is None:
-            with self._lock:
-                if (_I + d) in self._cache:
-                    self._reject(d, "missing", error)
-                else:  # removed by another thread or process meanwhile
-                    self._index.pop(d, None)
+            with self._lock, self._write():
+                if d in self._items:  # in line with the directory: the index row is there
+                    self._reject(d, reason, error)
             return None
         f: BinaryIO = io.BytesIO(handle) if isinstance(handle, bytes) else handle
         try:
@@ -345,7 +436,7 @@ class DiskTier:
                 size = len(handle) if isinstance(handle, bytes) else os.fstat(f.fileno()).st_size
                 rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings, tokens=item.tokens)
         except (RecordError, OSError) as e:
-            with self._lock:
+            with self._lock, self._write():
                 self._reject(d, e.reason if isinstance(e, RecordError) else "unreadable", str(e))
             return None
         with self._lock:
@@ -355,7 +446,16 @@ class DiskTier:
 
     def _touch(self, d: str) -> None:
         """Mark an entry used now (least-recently-used order), if it is still there."""
-        with self._lock, self._cache.transact():
-            raw = self._cache.get(_U + d)
+        with self._lock, self._write() as txn:
+            try:
+                raw = self._store.get(USE + d)
+            except UnsafeRecord as e:
+                self._reject(d, "unsafe", str(e))
+                return
             if isinstance(raw, str) and ":" in raw:
-                self._cache.set(_U + d, f"{time.time_ns()}:{raw.split(':', 1)[1]}")
+                new = f"{time.time_ns()}:{raw.split(':', 1)[1]}"
+                self._store.put(USE + d, new)
+                txn.changed.add(d)
+                item = self._items.get(d)
+                if item is not None:
+                    self._usage.set(d, *parse_usage(new, item.nbytes))
