@@ -12,11 +12,14 @@ the same whatever N. `scan_ms` is the reference rule (`scan_rank`, a scan over e
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+import structlog
 
 from benchmarks._report import emit
 from caches.disk_index import scan_rank
@@ -58,7 +61,7 @@ def _run(directory: Path, n: int, samples: int, system_len: int, payload_size: i
             t0 = time.perf_counter()
             tier.put(tokens, data)
             puts.append(time.perf_counter() - t0)
-        entries = [(d, item.tokens) for d, item in tier._items.items()]
+        entries = [(d, item.tokens) for d, item in tier._m.items.items()]
         scans: list[float] = []
         for prompt in prompts[: max(1, min(samples, 20))]:
             want = tuple(prompt)
@@ -95,6 +98,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--dir", default=None, help="where to put the tiers (default: a temporary directory)")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write many-sessions.json")
     args = ap.parse_args(argv)
+    if not structlog.is_configured():  # the tier logs every put and hit at debug level
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     with tempfile.TemporaryDirectory(prefix="turnstile-bench-", dir=args.dir) as tmp:

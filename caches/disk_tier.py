@@ -12,26 +12,23 @@ pickled row, so nothing is ever unpickled: such a row is logged and removed):
 - `turnstile:i:<d>` the index record: the same header and tokens, no payload;
 - `turnstile:u:<d>` `"<last use, ns>:<bytes>"`, the least-recently-used order and the entry's size.
 
-All three are written and removed together inside one diskcache transaction (an SQLite write lock, so
-two threads, two `DiskTier`s or two processes on one directory lose nothing), which also bumps the
-directory's change counter and logs the digests it changed (`disk_store`).
+All three are written and removed together in one transaction (an SQLite write lock: two threads, two
+`DiskTier`s or two processes on one directory lose nothing), which also bumps the directory's change
+counter and logs the digests it changed (`disk_store`).
 
-In memory, rebuilt from the directory at open (one range query per key kind): a token trie of the
-entries (`disk_index.TokenIndex`: `find` and `put` cost depends on the prompt's length, not on the
-number of entries) and the usage book (`disk_usage.UsageBook`: byte total and LRU order). Every call
-first compares the change counter with the one it has seen and, if another object or process wrote,
-refreshes the digests the log names (a full reload if the log has a gap).
+In memory (`disk_mirror`), rebuilt at open from three range queries: a token trie of the entries
+(`find` and `put` cost depends on the prompt's length, not on the number of entries), the byte total
+and the LRU order. Each call first compares the change counter with the one it has seen; if another
+object or process wrote, it refreshes the digests the log names (a full reload if the log has a gap).
 
-The byte limit is our own accounting: after each `put`, in the same transaction, the least recently
-used entries go until the records' bytes (state + index) fit; at open too, so a lower limit holds at
-once. diskcache's own eviction is off (`eviction_policy="none"`). SQLite's own pages are not counted.
-A write that fails (a full disk) removes the files it created and changes nothing.
+The byte limit is our own accounting (diskcache's eviction is off; SQLite's pages are not counted):
+after each `put`, in its transaction, and at open, the least recently used entries go until the
+records' bytes (state + index) fit. A write that fails (a full disk) removes its files, changes nothing.
 
 A record that is damaged (checksum, truncated, lengths), of another format version, another model
 fingerprint or other context settings is removed, logged (`disk_tier.rejected`, with a `reason`) and
-treated as a miss. One directory serves one model: a tier removes the entries it cannot use. A
-directory that cannot be used at all (read-only, not a directory, a damaged cache.db) raises
-`DiskTierUnavailable` at open.
+treated as a miss: one directory serves one model. A directory that cannot be used at all (read-only,
+not a directory, a damaged cache.db) raises `DiskTierUnavailable` at open.
 """
 
 from __future__ import annotations
@@ -57,12 +54,11 @@ from caches.disk_format import (
     decode,
     encode,
     encode_parts,
-    record_size,
     tokens_to_bytes,
 )
-from caches.disk_index import TokenIndex
+from caches.disk_mirror import Item, Mirror
 from caches.disk_store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
-from caches.disk_usage import UsageBook, format_usage, parse_usage
+from caches.disk_usage import format_usage
 from caches.errors import DiskTierUnavailable
 from sessions.errors import UnsafeRecord
 
@@ -89,15 +85,15 @@ class DiskTierStats:
     bytes_read: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    tokens: tuple[int, ...]
-    nbytes: int
-    """State + index record bytes from the index record (used if the usage row is missing)."""
-
-
 def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def _rejection(e: BaseException) -> tuple[str, str]:
+    """(reason, detail) for a row that cannot be used."""
+    if isinstance(e, RecordError):
+        return e.reason, str(e)
+    return ("unsafe" if isinstance(e, UnsafeRecord) else "unreadable"), _why(e)
 
 
 class DiskTier:
@@ -127,9 +123,7 @@ class DiskTier:
         self.limit_bytes = limit_bytes
         self._fp = fingerprint.encode("utf-8")
         self._lock = threading.RLock()
-        self._items: dict[str, _Item] = {}
-        self._trie = TokenIndex()
-        self._usage = UsageBook()
+        self._m = Mirror(self._fp, settings)
         self._seq = -1  # the change counter the in-memory index reflects; -1: reload
         self._puts = self._hits = self._misses = self._evictions = 0
         self._replaced = self._rejected = self._written = self._read = 0
@@ -185,11 +179,11 @@ class DiskTier:
             self._store.put(USE + d, format_usage(stamp, nbytes))
             self._store.put(REC + d, PartsReader(parts), read=True)
             txn.changed.add(d)
-            for od in self._trie.prefixes(toks):
-                log.debug("disk_tier.replaced", key=od, n_tokens=len(self._items[od].tokens))
+            for od in self._m.trie.prefixes(toks):
+                log.debug("disk_tier.replaced", key=od, n_tokens=len(self._m.items[od].tokens))
                 self._delete(od)
                 self._replaced += 1
-            self._add(d, toks, nbytes, stamp, nbytes)
+            self._m.add(d, Item(toks, nbytes), format_usage(stamp, nbytes))
             self._evict_over_limit(keep=d)
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], bytes] | None:
@@ -206,11 +200,11 @@ class DiskTier:
             for attempt in itertools.count():  # each failed attempt removes its entry
                 with self._lock:
                     self._sync()
-                    hit = self._trie.best(want, better_than) if attempt <= len(self._items) else None
+                    hit = self._m.trie.best(want, better_than) if attempt <= len(self._m) else None
                     if hit is None:
                         break
                     d, kept = hit
-                    item = self._items[d]
+                    item = self._m.items[d]
                 payload = self._read_state(d, item)
                 if payload is not None:
                     self._touch(d)
@@ -227,7 +221,7 @@ class DiskTier:
         d = self._digest(tokens_to_bytes(tokens))
         try:
             with self._lock, self._write():
-                found = d in self._items
+                found = d in self._m
                 if found:
                     self._delete(d)
         except STORE_ERRORS as e:
@@ -238,31 +232,20 @@ class DiskTier:
     def __len__(self) -> int:
         with self._lock:
             self._sync_quietly()
-            return len(self._items)
+            return len(self._m)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the records (state + index) the directory holds for this tier."""
         with self._lock:
             self._sync_quietly()
-            return self._usage.total
+            return self._m.total
 
     def stats(self) -> DiskTierStats:
         with self._lock:
             self._sync_quietly()
-            return DiskTierStats(
-                entries=len(self._items),
-                bytes=self._usage.total,
-                limit_bytes=self.limit_bytes,
-                puts=self._puts,
-                hits=self._hits,
-                misses=self._misses,
-                evictions=self._evictions,
-                replaced=self._replaced,
-                rejected=self._rejected,
-                bytes_written=self._written,
-                bytes_read=self._read,
-            )
+            counters = (self._puts, self._hits, self._misses, self._evictions, self._replaced, self._rejected)
+            return DiskTierStats(len(self._m), self._m.total, self.limit_bytes, *counters, self._written, self._read)
 
     def close(self) -> None:
         self._store.close()
@@ -292,7 +275,7 @@ class DiskTier:
     def _sync_quietly(self) -> None:
         try:
             self._sync()
-        except STORE_ERRORS as e:
+        except STORE_ERRORS as e:  # keep the last view
             log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
 
     @contextlib.contextmanager
@@ -318,24 +301,21 @@ class DiskTier:
         self._seq = txn.seq
 
     def _reload(self) -> None:
-        """Lock and transaction held. Rebuild the in-memory index from the directory, three range queries;
-        remove unusable entries and rows that belong to no entry (a crash of an older version)."""
-        known = self._items
-        self._items, self._trie, self._usage = {}, TokenIndex(), UsageBook()
+        """Lock and transaction held. Rebuild the mirror from the directory, three range queries; remove
+        unusable entries and rows that belong to no entry (a crash of an older version)."""
+        known = self._m.clear()
         usage = dict(self._store.scan(USE))
         for key, raw in self._store.scan(IDX):
             d = key[len(IDX) :]
-            item = known.get(d) or self._decode_index(d, raw)
-            if item is None:
-                continue
             u = usage.get(USE + d)
-            if isinstance(u, BaseException):
-                self._reject(d, "unsafe" if isinstance(u, UnsafeRecord) else "unreadable", _why(u))
-                continue
-            self._add(d, item.tokens, item.nbytes, *parse_usage(u, item.nbytes))
+            item = known.get(d) or self._item(d, raw)
+            if item is not None and isinstance(u, BaseException):
+                self._reject(d, *_rejection(u))
+            elif item is not None:
+                self._m.add(d, item, u)
         for prefix, rows in ((USE, usage.items()), (REC, self._store.scan(REC, values=False))):
             for key, _ in rows:
-                if key[len(prefix) :] not in self._items:
+                if key[len(prefix) :] not in self._m:
                     self._store.delete(key)
 
     def _refresh(self, d: str) -> None:
@@ -344,47 +324,23 @@ class DiskTier:
             raw = self._store.get(IDX + d)
             u = self._store.get(USE + d) if raw is not None else None
         except (UnsafeRecord, OSError) as e:
-            self._reject(d, "unsafe" if isinstance(e, UnsafeRecord) else "unreadable", _why(e))
+            self._reject(d, *_rejection(e))
             return
-        if raw is None:
-            self._drop(d)
-            return
-        item = self._items.get(d) or self._decode_index(d, raw)
-        if item is not None:
-            self._add(d, item.tokens, item.nbytes, *parse_usage(u, item.nbytes))
+        item = None if raw is None else self._m.items.get(d) or self._item(d, raw)
+        if item is None:
+            self._m.drop(d)
+        else:
+            self._m.add(d, item, u)
 
-    def _decode_index(self, d: str, raw: object) -> _Item | None:
+    def _item(self, d: str, raw: object) -> Item | None:
         """Lock and transaction held. An index row as an item, or None (the entry rejected)."""
         try:
-            if isinstance(raw, BaseException):
-                raise raw
-            if not isinstance(raw, bytes):
-                raise RecordError("kind", f"a {type(raw).__name__} value")
-            rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp, settings=self.settings)
-        except UnsafeRecord as e:
-            self._reject(d, "unsafe", str(e))
+            return self._m.item(raw)
+        except (UnsafeRecord, OSError, RecordError) as e:
+            self._reject(d, *_rejection(e))
             return None
-        except OSError as e:
-            self._reject(d, "unreadable", _why(e))
-            return None
-        except RecordError as e:
-            self._reject(d, e.reason, str(e))
-            return None
-        state_len = record_size(KIND_STATE, self._fp, self.settings, len(rec.tokens), rec.payload_len)
-        return _Item(rec.tokens, state_len + len(raw))
 
-    # -- in-memory bookkeeping and row changes (callers hold self._lock and a transaction) ---------------
-
-    def _add(self, d: str, tokens: tuple[int, ...], item_nbytes: int, stamp: int, nbytes: int) -> None:
-        self._items[d] = _Item(tokens, item_nbytes)
-        self._trie.add(d, tokens)
-        self._usage.set(d, stamp, nbytes)
-
-    def _drop(self, d: str) -> None:
-        item = self._items.pop(d, None)
-        if item is not None:
-            self._trie.remove(d, item.tokens)
-        self._usage.discard(d)
+    # -- row changes (callers hold self._lock and a transaction) ------------------------------------------
 
     def _delete(self, d: str) -> None:
         """Remove an entry's three rows (and its file)."""
@@ -392,19 +348,17 @@ class DiskTier:
             for prefix in (IDX, USE, REC):
                 self._store.delete(prefix + d)
             txn.changed.add(d)
-            self._drop(d)
+            self._m.drop(d)
 
     def _evict_over_limit(self, keep: str | None) -> None:
         """Remove the least recently used entries (never `keep`) until the bytes fit."""
         if not self.limit_bytes:
             return
-        for d in self._usage.victims(self.limit_bytes, keep):
-            row = self._usage.get(d)
+        for d in self._m.usage.victims(self.limit_bytes, keep):
+            row = self._m.usage.get(d)
             self._delete(d)
             self._evictions += 1
-            log.debug(
-                "disk_tier.evicted", key=d, nbytes=row and row[1], total=self._usage.total, limit=self.limit_bytes
-            )
+            log.debug("disk_tier.evicted", key=d, nbytes=row and row[1], total=self._m.total, limit=self.limit_bytes)
 
     def _reject(self, d: str, reason: str, detail: str) -> None:
         """Lock held. Remove an unusable entry and say why."""
@@ -414,21 +368,17 @@ class DiskTier:
 
     # -- state records ------------------------------------------------------------------------------------
 
-    def _read_state(self, d: str, item: _Item) -> bytes | None:
+    def _read_state(self, d: str, item: Item) -> bytes | None:
         """Read and check an entry's state record, without the lock; None (entry removed) if unusable."""
-        reason = "missing"
         try:
             handle: Any = self._store.get(REC + d, read=True)
-        except UnsafeRecord as e:
-            handle, reason, error = None, "unsafe", str(e)
-        except OSError as e:
-            handle, error = None, _why(e)
-        else:
-            error = "no state record"
+            why = ("missing", "no state record")
+        except (UnsafeRecord, OSError) as e:
+            handle, why = None, _rejection(e)
         if handle is None:
             with self._lock, self._write():
-                if d in self._items:  # in line with the directory: the index row is there
-                    self._reject(d, reason, error)
+                if d in self._m:  # in line with the directory: the index row is there
+                    self._reject(d, *why)
             return None
         f: BinaryIO = io.BytesIO(handle) if isinstance(handle, bytes) else handle
         try:
@@ -437,7 +387,7 @@ class DiskTier:
                 rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings, tokens=item.tokens)
         except (RecordError, OSError) as e:
             with self._lock, self._write():
-                self._reject(d, e.reason if isinstance(e, RecordError) else "unreadable", str(e))
+                self._reject(d, *_rejection(e))
             return None
         with self._lock:
             self._read += size
@@ -456,6 +406,4 @@ class DiskTier:
                 new = f"{time.time_ns()}:{raw.split(':', 1)[1]}"
                 self._store.put(USE + d, new)
                 txn.changed.add(d)
-                item = self._items.get(d)
-                if item is not None:
-                    self._usage.set(d, *parse_usage(new, item.nbytes))
+                self._m.set_usage(d, new)

@@ -208,14 +208,15 @@ def test_a_full_disk_leaves_no_partial_file_and_the_accounting_right(tmp_path: P
 def test_a_database_error_during_a_put_is_a_logged_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with tier(tmp_path) as t:
         assert t.put(toks(0, 10), payload(1)) is True
-        set_ = t._store.cache.set
+        cache = t._store.cache
+        set_ = cache.set
 
         def full(key: str, value: object, **kw: object) -> object:
-            if key.startswith("turnstile-meta:log:"):  # the last write of the transaction
+            if key.startswith("turnstile:"):
                 raise sqlite3.OperationalError("database or disk is full")
             return set_(key, value, **kw)
 
-        monkeypatch.setattr(t._store.cache, "set", full)
+        monkeypatch.setattr(cache, "set", full)
         with capture_logs() as logs:
             assert t.put(toks(100, 110), payload(2)) is False
             assert t.find(toks(0, 10)) is None  # its touch fails too: a logged miss

@@ -142,7 +142,7 @@ def test_two_tiers_choose_what_the_scan_chooses(
                 model.evict(limits[name], keep=None)
             for other in tiers.values():
                 assert len(other) == len(model.rows), where
-                assert {item.tokens for item in other._items.values()} == set(model.rows), where
+                assert {item.tokens for item in other._m.items.values()} == set(model.rows), where
                 assert other.nbytes == model.total, where
     finally:
         for t in tiers.values():
