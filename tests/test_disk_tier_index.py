@@ -8,8 +8,11 @@ use). Every answer, the entry set and the byte total must be the same.
 
 from __future__ import annotations
 
+import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import diskcache
@@ -147,3 +150,46 @@ def test_two_tiers_choose_what_the_scan_chooses(
     finally:
         for t in tiers.values():
             t.close()
+
+
+def _statements(t: DiskTier, fn: Callable[[], object]) -> list[str]:
+    seen: list[str] = []
+    con = t._store.cache._con
+    con.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        con.set_trace_callback(None)
+    return seen
+
+
+def test_find_and_put_run_the_same_statements_whatever_the_number_of_entries(tmp_path: Path) -> None:
+    """No call reads every row any more: the SQL a find or a put runs does not grow with the entries."""
+    rng = random.Random(5)
+    system = [rng.randrange(1000) for _ in range(60)]
+    counts = []
+    for n in (10, 200):
+        with DiskTier(tmp_path / str(n), fingerprint=FP, settings=SETTINGS, limit_bytes=0) as t:
+            stored = [[*system, *(rng.randrange(1000) for _ in range(20))] for _ in range(n)]
+            for toks in stored:
+                assert t.put(toks, b"x" * 100)
+            back = stored[n // 2]
+            find = _statements(t, partial(t.find, [*back, 1, 2, 3]))
+            new = [*system, *(rng.randrange(1000) for _ in range(20))]
+            put = _statements(t, partial(t.put, new, b"y" * 100))
+            counts.append((len(find), len(put)))
+            assert not [s for s in find + put if "LIKE" in s or "ORDER BY" in s]
+    assert counts[0] == counts[1]
+
+
+def test_many_sessions_benchmark_writes_its_table(tmp_path: Path) -> None:
+    from benchmarks import many_sessions
+
+    many_sessions.main(["--sizes", "5,20", "--samples", "4", "--system", "30", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "many-sessions.json").read_text())
+    assert doc["benchmark"] == "many-sessions"
+    assert [r["stored"] for r in doc["rows"]] == [5, 20]
+    for r in doc["rows"]:
+        assert 0 < r["find_p50_ms"] <= r["find_p99_ms"]
+        assert 0 < r["put_p50_ms"] <= r["put_p99_ms"]
+        assert r["open_ms"] > 0
