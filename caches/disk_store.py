@@ -20,6 +20,7 @@ the byte limit's accounting).
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -139,6 +140,25 @@ class TierStore:
                 out.append((key, e))
         return out
 
+    def sweep_files(self) -> int:
+        """In a write transaction: remove the value files no row refers to; how many.
+
+        A writer killed between writing a value's file and committing its row leaves the file behind,
+        outside the byte limit's accounting. Tiers write files only inside their write transaction, so
+        while we hold it no file is half-way to its row.
+        """
+        rows = self.cache._sql("SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()
+        referenced = {name for (name,) in rows}
+        removed = 0
+        for dirpath, _dirs, files in os.walk(self.directory):
+            for name in files:
+                if name.endswith(".val"):
+                    rel = os.path.relpath(os.path.join(dirpath, name), self.directory)
+                    if rel not in referenced:
+                        self.disk.remove(rel)
+                        removed += 1
+        return removed
+
     @contextlib.contextmanager
     def write(self) -> Iterator[Txn]:
         """A write transaction (nested calls share the outer one); bumps the counter and logs the changes."""
@@ -155,7 +175,8 @@ class TierStore:
                 if txn.changed or seq == BAD_SEQ:
                     txn.seq = txn.base + 1
                     self.cache.set(LOG + str(txn.seq), " ".join(sorted(txn.changed)))
-                    self.cache.delete(LOG + str(txn.seq - LOG_KEEP))
+                    if txn.seq > LOG_KEEP:
+                        self.cache.delete(LOG + str(txn.seq - LOG_KEEP))
                     self.cache.set(SEQ, txn.seq)
         except BaseException:
             self._abandon()

@@ -112,7 +112,8 @@ class DiskTier:
     ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
 
-        Loads the index, removes what this tier cannot use and evicts down to `limit_bytes`. Raises
+        Loads the index, removes what this tier cannot use and files that belong to no entry (a writer
+        killed mid-put), and evicts down to `limit_bytes`. Raises
         `DiskTierUnavailable` if the directory cannot be used (read-only, not a directory, damaged).
         """
         if limit_bytes < 0:
@@ -130,6 +131,8 @@ class DiskTier:
         self._store = TierStore(self.directory)
         try:
             with self._lock, self._write():
+                if orphans := self._store.sweep_files():
+                    log.warning("disk_tier.orphan_files_removed", count=orphans, directory=self.directory)
                 self._evict_over_limit(keep=None)
         except STORE_ERRORS as e:
             self._store.close()

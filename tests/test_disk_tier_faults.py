@@ -241,3 +241,38 @@ def test_reopening_with_a_lower_limit_evicts_down_to_it(tmp_path: Path) -> None:
         assert t.find(toks(400, 410)) is not None
     assert [e["event"] for e in logs].count("disk_tier.evicted") == 3
     assert len(val_files(tmp_path)) == 2
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import caches.disk_tier as m
+from caches.disk_format import PartsReader
+
+class Dies(PartsReader):
+    def read(self, n=-1):
+        chunk = super().read(n)
+        if not chunk:
+            os.kill(os.getpid(), signal.SIGKILL)  # the file is written, its row not committed
+        return chunk
+
+t = m.DiskTier(sys.argv[1], fingerprint=sys.argv[2], settings=sys.argv[3])
+m.PartsReader = Dies
+t.put(list(range(500, 520)), bytes(100_000))
+"""
+
+
+def test_a_writer_killed_mid_put_leaves_no_file_after_reopening(tmp_path: Path) -> None:
+    import sys
+
+    with tier(tmp_path) as t:
+        assert t.put(toks(0, 10), payload(1)) is True
+        one = t.nbytes
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), FP, SETTINGS], cwd=root)
+    assert proc.returncode == -9
+    assert len(val_files(tmp_path)) == 2  # the dead writer's file, no row
+    with capture_logs() as logs, tier(tmp_path) as t:
+        assert (len(t), t.nbytes) == (1, one)
+        assert t.find(toks(0, 10)) == (toks(0, 10), payload(1))
+    assert [e["count"] for e in logs if e["event"] == "disk_tier.orphan_files_removed"] == [1]
+    assert len(val_files(tmp_path)) == 1
