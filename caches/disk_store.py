@@ -111,7 +111,12 @@ class TierStore:
             return None
         out: set[str] = set()
         for s in range(since + 1, upto + 1):
-            row = self.cache.get(LOG + str(s), default=None)
+            try:
+                row = self.cache.get(LOG + str(s), default=None)
+            except UnsafeRecord:
+                row = None
+                if self.txn is not None:
+                    self.cache.delete(LOG + str(s))  # never loaded; a reload does without it
             if not isinstance(row, str):
                 return None
             out.update(row.split())

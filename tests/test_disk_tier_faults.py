@@ -276,3 +276,18 @@ def test_a_writer_killed_mid_put_leaves_no_file_after_reopening(tmp_path: Path) 
         assert t.find(toks(0, 10)) == (toks(0, 10), payload(1))
     assert [e["count"] for e in logs if e["event"] == "disk_tier.orphan_files_removed"] == [1]
     assert len(val_files(tmp_path)) == 1
+
+
+def test_a_pickled_change_log_row_is_never_loaded(tmp_path: Path) -> None:
+    marker = tmp_path.parent / f"{tmp_path.name}-unpickled"
+    with tier(tmp_path) as t:
+        assert t.put(toks(0, 50), payload(7)) is True
+        with diskcache.Cache(str(tmp_path)) as raw:  # as if another writer had committed change 2
+            assert raw["turnstile-meta:seq"] == 1
+            raw.set("turnstile-meta:log:2", Planted(marker))
+            raw.set("turnstile-meta:seq", 2)
+        assert t.find(toks(0, 60)) == (toks(0, 50), payload(7))  # the tier reloads instead
+        assert len(t) == 1
+    assert not marker.exists()
+    with diskcache.Cache(str(tmp_path)) as raw:
+        assert "turnstile-meta:log:2" not in raw

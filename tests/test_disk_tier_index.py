@@ -106,7 +106,7 @@ def _damage(directory: Path, model: Model, toks: Tokens) -> None:
     model.rows[toks].damaged = True
 
 
-@pytest.mark.parametrize(("seed", "log_keep"), [(0, 1024), (1, 1024), (2, 3), (3, 1)])
+@pytest.mark.parametrize(("seed", "log_keep"), [(0, 1024), (1, 1024), (2, 1024), (3, 3), (4, 3), (5, 1)])
 def test_two_tiers_choose_what_the_scan_chooses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, log_keep: int
 ) -> None:
