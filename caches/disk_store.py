@@ -154,11 +154,11 @@ class TierStore:
         """
         rows = self.cache._sql("SELECT filename FROM Cache WHERE filename IS NOT NULL").fetchall()
         referenced = {name for (name,) in rows}
-        removed = 0
-        for dirpath, _dirs, files in os.walk(self.directory):
+        removed, root = 0, os.path.join(self.directory, "")
+        for dirpath, _dirs, files in os.walk(root):
             for name in files:
                 if name.endswith(".val"):
-                    rel = os.path.relpath(os.path.join(dirpath, name), self.directory)
+                    rel = os.path.join(dirpath, name)[len(root) :]
                     if rel not in referenced:
                         self.disk.remove(rel)
                         removed += 1
