@@ -6,6 +6,7 @@ llama-cpp-python users is the subpackage `caches.llama_cache`, which does.
 
 from caches.disk_tier import DiskTier as DiskTier
 from caches.disk_tier import DiskTierStats as DiskTierStats
+from caches.errors import DiskTierUnavailable as DiskTierUnavailable
 from caches.prompt_cache import Entry as Entry
 from caches.prompt_cache import PromptCache as PromptCache
 from caches.prompt_cache import PromptCacheStats as PromptCacheStats

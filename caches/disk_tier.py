@@ -5,36 +5,44 @@ The slot hands `put` the serialized state (opaque bytes: state + checkpoints) of
 of a prompt, so a conversation whose state left RAM, or a restarted process, resumes from disk.
 
 Storage, per entry (key digest `d` = BLAKE2b of fingerprint + tokens; every key and value is a `str`,
-`int` or `bytes` that diskcache stores raw, nothing is pickled):
+`int` or `bytes` that diskcache stores raw; the directory is opened with `RawDisk`, which refuses a
+pickled row, so nothing is ever unpickled: such a row is logged and removed):
 
 - `turnstile:r:<d>` the state record: header + tokens + payload + CRC-32 (`disk_format`), a file;
-- `turnstile:i:<d>` the index record: the same header and tokens, no payload, so a lookup reads only
-  these (once per process: they are kept in memory, keyed by digest, and refreshed from the key list);
+- `turnstile:i:<d>` the index record: the same header and tokens, no payload;
 - `turnstile:u:<d>` `"<last use, ns>:<bytes>"`, the least-recently-used order and the entry's size.
 
-All three are written and removed together inside one diskcache transaction (an SQLite write lock, so
-two threads, two `DiskTier`s or two processes on one directory lose nothing). The byte limit is our own
-accounting: after each `put`, in the same transaction, the least recently used entries go until the
-records' bytes (state + index) fit; diskcache's own eviction is off (`eviction_policy="none"`). SQLite's
-own pages are not counted.
+All three are written and removed together in one transaction (an SQLite write lock: two threads, two
+`DiskTier`s or two processes on one directory lose nothing), which also bumps the directory's change
+counter and logs the digests it changed (`disk_store`).
+
+In memory (`disk_mirror`), rebuilt at open from three range queries: a token trie of the entries
+(`find` and `put` cost depends on the prompt's length, not on the number of entries), the byte total
+and the LRU order. Each call first compares the change counter with the one it has seen; if another
+object or process wrote, it refreshes the digests the log names (a full reload if the log has a gap).
+
+The byte limit is our own accounting (diskcache's eviction is off; SQLite's pages are not counted):
+after each `put`, in its transaction, and at open, the least recently used entries go until the
+records' bytes (state + index) fit. A write that fails (a full disk) removes its files, changes nothing.
 
 A record that is damaged (checksum, truncated, lengths), of another format version, another model
 fingerprint or other context settings is removed, logged (`disk_tier.rejected`, with a `reason`) and
-treated as a miss. One directory serves one model: a tier removes the entries it cannot use.
+treated as a miss: one directory serves one model. A directory that cannot be used at all (read-only,
+not a directory, a damaged cache.db) raises `DiskTierUnavailable` at open.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import itertools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
-
-import diskcache
 
 from caches.disk_format import (
     KIND_INDEX,
@@ -44,19 +52,18 @@ from caches.disk_format import (
     decode,
     encode,
     encode_parts,
-    record_size,
     tokens_to_bytes,
 )
-from caches.tokens import keeps_enough, lcp
-from sessions.errors import InvalidConfig
+from caches.disk_mirror import Item, Mirror
+from caches.disk_store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
+from caches.disk_usage import format_usage
+from caches.errors import DiskTierUnavailable
+from sessions.errors import InvalidConfig, UnsafeRecord
 from sessions.log import get_logger
 
-__all__ = ["DiskTier", "DiskTierStats"]
+__all__ = ["DiskTier", "DiskTierStats", "DiskTierUnavailable"]
 
 log = get_logger(__name__)
-
-_PREFIX = "turnstile:"
-_I, _R, _U = "turnstile:i:", "turnstile:r:", "turnstile:u:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +84,15 @@ class DiskTierStats:
     bytes_read: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Item:
-    tokens: tuple[int, ...]
-    nbytes: int
-    """State + index record bytes when the index was read (the usage key has the current figure)."""
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _rejection(e: BaseException) -> tuple[str, str]:
+    """(reason, detail) for a row that cannot be used."""
+    if isinstance(e, RecordError):
+        return e.reason, str(e)
+    return ("unsafe" if isinstance(e, UnsafeRecord) else "unreadable"), _why(e)
 
 
 class DiskTier:
@@ -98,7 +109,12 @@ class DiskTier:
         settings: str | bytes = "",
         limit_bytes: int = 4 << 30,
     ) -> None:
-        """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit."""
+        """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
+
+        Loads the index, removes what this tier cannot use and files that belong to no entry (a writer
+        killed mid-put), and evicts down to `limit_bytes`. Raises
+        `DiskTierUnavailable` if the directory cannot be used (read-only, not a directory, damaged).
+        """
         if limit_bytes < 0:
             raise InvalidConfig("limit_bytes must be >= 0 (0: no limit)")
         self.directory = os.fspath(directory)
@@ -106,13 +122,20 @@ class DiskTier:
         self.settings = settings
         self.limit_bytes = limit_bytes
         self._fp = fingerprint.encode("utf-8")
-        self._cache: Any = diskcache.Cache(self.directory, eviction_policy="none", cull_limit=0, statistics=False)
         self._lock = threading.RLock()
-        self._index: dict[str, _Item] = {}
+        self._m = Mirror(self._fp, settings)
+        self._seq = -1  # the change counter the in-memory index reflects; -1: reload
         self._puts = self._hits = self._misses = self._evictions = 0
         self._replaced = self._rejected = self._written = self._read = 0
-        with self._lock:
-            self._sync()
+        self._store = TierStore(self.directory)
+        try:
+            with self._lock, self._write():
+                if orphans := self._store.sweep_files():
+                    log.warning("disk_tier.orphan_files_removed", count=orphans, directory=self.directory)
+                self._evict_over_limit(keep=None)
+        except STORE_ERRORS as e:
+            self._store.close()
+            raise DiskTierUnavailable(self.directory, _why(e)) from e
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -122,6 +145,7 @@ class DiskTier:
         Replaces an entry with the same tokens and drops the entries these tokens hold whole (their
         tokens are a prefix of these), as llama-server's prompt cache does. Refuses empty tokens and a
         record larger than the byte limit alone. Then evicts the least recently used over the limit.
+        A write that fails is logged (`disk_tier.write_failed`), leaves nothing behind and returns False.
         """
         toks = tuple(tokens)
         if not toks:
@@ -129,19 +153,19 @@ class DiskTier:
         tb = tokens_to_bytes(toks)
         parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, payload, token_bytes=tb)
         index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=len(payload), token_bytes=tb)
-        state_len = sum(len(p) for p in parts)
-        nbytes = state_len + len(index)
+        nbytes = sum(len(p) for p in parts) + len(index)
         if self.limit_bytes and nbytes > self.limit_bytes:
             log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes, limit_bytes=self.limit_bytes)
             return False
         d = self._digest(tb)
         t0 = time.perf_counter()
         try:
-            self._put(d, toks, parts, index, nbytes)
-        except (OSError, diskcache.Timeout) as e:
-            log.error(
-                "disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=f"{type(e).__name__}: {e}"
-            )
+            with self._lock:
+                self._put(d, toks, parts, index, nbytes)
+                self._puts += 1
+                self._written += nbytes
+        except WRITE_ERRORS as e:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=_why(e))
             return False
         log.debug(
             "disk_tier.put", key=d, n_tokens=len(toks), nbytes=nbytes, ms=round(1000 * (time.perf_counter() - t0), 2)
@@ -149,49 +173,47 @@ class DiskTier:
         return True
 
     def _put(self, d: str, toks: tuple[int, ...], parts: list[bytes | memoryview], index: bytes, nbytes: int) -> None:
-        """Lock and transaction taken here. Write first (a failed write deletes nothing: diskcache
-        removes a deleted value's file at once, even inside a transaction that is then rolled back)."""
-        with self._lock, self._cache.transact():
-            keys = self._sync()
-            self._sweep_orphans(keys)
-            self._cache.set(_I + d, index)
-            self._cache.set(_U + d, f"{time.time_ns()}:{nbytes}")
-            self._cache.set(_R + d, PartsReader(parts), read=True)  # last: its file outlives a rollback
-            for od, item in list(self._index.items()):
-                n = len(item.tokens)
-                if od != d and n < len(toks) and toks[:n] == item.tokens:
-                    self._delete(od)
-                    self._replaced += 1
-                    log.debug("disk_tier.replaced", key=od, n_tokens=n)
-            self._index[d] = _Item(toks, nbytes)
+        """Lock held. Write first, then delete (diskcache removes a deleted value's file at once, even
+        inside a transaction that is then rolled back); a failure rolls back and removes the new files."""
+        with self._write() as txn:
+            stamp = time.time_ns()
+            self._store.put(IDX + d, index)
+            self._store.put(USE + d, format_usage(stamp, nbytes))
+            self._store.put(REC + d, PartsReader(parts), read=True)
+            txn.changed.add(d)
+            for od in self._m.trie.prefixes(toks):
+                log.debug("disk_tier.replaced", key=od, n_tokens=len(self._m.items[od].tokens))
+                self._delete(od)
+                self._replaced += 1
+            self._m.add(d, Item(toks, nbytes), format_usage(stamp, nbytes))
             self._evict_over_limit(keep=d)
-            self._puts += 1
-            self._written += nbytes
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], bytes] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
 
         Candidates keep at least a quarter of themselves (lcp / their length >= 0.25, as llama-server's
         prompt cache) and more than `better_than` tokens of the prompt. The most kept tokens wins; among
-        equals, the larger kept fraction (the shorter entry). A candidate whose record fails its checks is
-        removed and the next one tried.
+        equals, the larger kept fraction (the shorter entry), then the smaller digest. A candidate whose
+        record fails its checks is removed and the next one tried. `disk_index.scan_rank` is this rule as
+        a scan over every entry (the reference the index is tested against).
         """
         want = tuple(prompt)  # the index holds tuples: compare like with like
-        with self._lock:
-            self._sync()
-            ranked: list[tuple[int, int, str, _Item]] = []
-            for d, item in self._index.items():
-                n = lcp(item.tokens, want)
-                if n <= better_than or not keeps_enough(n, len(item.tokens)):
-                    continue
-                ranked.append((-n, len(item.tokens), d, item))
-        ranked.sort(key=lambda r: r[:3])
-        for _neg, _, d, item in ranked:
-            payload = self._read_state(d, item)
-            if payload is not None:
-                self._touch(d)
-                log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=-_neg)
-                return list(item.tokens), payload
+        try:
+            for attempt in itertools.count():  # each failed attempt removes its entry
+                with self._lock:
+                    self._sync()
+                    hit = self._m.trie.best(want, better_than) if attempt <= len(self._m) else None
+                    if hit is None:
+                        break
+                    d, kept = hit
+                    item = self._m.items[d]
+                payload = self._read_state(d, item)
+                if payload is not None:
+                    self._touch(d)
+                    log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=kept)
+                    return list(item.tokens), payload
+        except STORE_ERRORS as e:
+            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
         with self._lock:
             self._misses += 1
         return None
@@ -199,43 +221,36 @@ class DiskTier:
     def remove(self, tokens: Sequence[int]) -> bool:
         """Remove the entry for exactly these tokens; True if there was one."""
         d = self._digest(tokens_to_bytes(tokens))
-        with self._lock, self._cache.transact():
-            found = (_I + d) in self._cache
-            self._delete(d)
+        try:
+            with self._lock, self._write():
+                found = d in self._m
+                if found:
+                    self._delete(d)
+        except STORE_ERRORS as e:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=_why(e))
+            return False
         return found
 
     def __len__(self) -> int:
         with self._lock:
-            self._sync()
-            return len(self._index)
+            self._sync_quietly()
+            return len(self._m)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the records (state + index) the directory holds for this tier."""
         with self._lock:
-            self._sync()
-            return sum(nbytes for _, nbytes in self._usage().values())
+            self._sync_quietly()
+            return self._m.total
 
     def stats(self) -> DiskTierStats:
         with self._lock:
-            self._sync()
-            usage = self._usage()
-        return DiskTierStats(
-            entries=len(usage),
-            bytes=sum(n for _, n in usage.values()),
-            limit_bytes=self.limit_bytes,
-            puts=self._puts,
-            hits=self._hits,
-            misses=self._misses,
-            evictions=self._evictions,
-            replaced=self._replaced,
-            rejected=self._rejected,
-            bytes_written=self._written,
-            bytes_read=self._read,
-        )
+            self._sync_quietly()
+            counters = (self._puts, self._hits, self._misses, self._evictions, self._replaced, self._rejected)
+            return DiskTierStats(len(self._m), self._m.total, self.limit_bytes, *counters, self._written, self._read)
 
     def close(self) -> None:
-        self._cache.close()
+        self._store.close()
 
     def __enter__(self) -> DiskTier:
         return self
@@ -243,7 +258,7 @@ class DiskTier:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals (callers hold self._lock where noted) ----------------------------------------------
+    # -- staying in line with the directory (callers hold self._lock) -----------------------------------
 
     def _digest(self, token_bytes: bytes) -> str:
         h = hashlib.blake2b(digest_size=20)
@@ -252,72 +267,100 @@ class DiskTier:
         h.update(token_bytes)
         return h.hexdigest()
 
-    def _keys(self) -> list[str]:
-        return [k for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(_PREFIX)]
+    def _sync(self) -> None:
+        """Lock held. If anyone wrote since we last looked, catch up (inside a write transaction, so that
+        what we read is one consistent snapshot)."""
+        if self._store.txn is None and self._store.seq() != self._seq:
+            with self._write():
+                pass
 
-    def _sync(self) -> list[str]:
-        """Lock held. Bring the in-memory index in line with the directory; return our keys."""
-        keys = self._keys()
-        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
-        for d in [d for d in self._index if d not in present]:
-            del self._index[d]
-        for d in sorted(present - self._index.keys()):
-            raw = self._cache.get(_I + d)
-            if raw is None:  # removed since the key list was read
-                continue
-            try:
-                if not isinstance(raw, bytes):
-                    raise RecordError("kind", f"a {type(raw).__name__} value")
-                rec = decode(io.BytesIO(raw), len(raw), kind=KIND_INDEX, fingerprint=self._fp, settings=self.settings)
-            except RecordError as e:
-                self._reject(d, e.reason, str(e))
-                continue
-            state_len = record_size(KIND_STATE, self._fp, self.settings, len(rec.tokens), rec.payload_len)
-            self._index[d] = _Item(rec.tokens, state_len + len(raw))
-        return keys
+    def _sync_quietly(self) -> None:
+        try:
+            self._sync()
+        except STORE_ERRORS as e:  # keep the last view
+            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
 
-    def _sweep_orphans(self, keys: list[str]) -> None:
-        """Lock and transaction held. Remove state/usage keys whose index record is gone (a crash)."""
-        present = {k[len(_I) :] for k in keys if k.startswith(_I)}
-        for k in keys:
-            if not k.startswith(_I) and k[len(_R) :] not in present:
-                self._cache.delete(k)
-
-    def _usage(self) -> dict[str, tuple[int, int]]:
-        """Lock held. digest -> (last use in ns, bytes), from the usage keys (the index's size if absent)."""
-        out: dict[str, tuple[int, int]] = {}
-        for d, item in self._index.items():
-            raw = self._cache.get(_U + d)
-            stamp, nbytes = 0, item.nbytes
-            if isinstance(raw, str) and raw.count(":") == 1:
-                a, b = raw.split(":")
-                if a.isdigit() and b.isdigit():
-                    stamp, nbytes = int(a), int(b)
-            out[d] = (stamp, nbytes)
-        return out
-
-    def _evict_over_limit(self, keep: str) -> None:
-        """Lock and transaction held. Remove the least recently used entries until the bytes fit."""
-        if not self.limit_bytes:
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Txn]:
+        """Lock held. A write transaction that starts in line with the directory; nested calls share it."""
+        if self._store.txn is not None:
+            yield self._store.txn
             return
-        usage = self._usage()
-        total = sum(n for _, n in usage.values())
-        for d in sorted(usage, key=lambda d: (usage[d][0], d)):
-            if total <= self.limit_bytes:
-                break
-            if d == keep:
-                continue
-            total -= usage[d][1]
-            self._delete(d)
-            self._evictions += 1
-            log.debug("disk_tier.evicted", key=d, nbytes=usage[d][1], total=total, limit=self.limit_bytes)
+        try:
+            with self._store.write() as txn:
+                if txn.base != self._seq:
+                    changed = self._store.changes(self._seq, txn.base)
+                    if changed is None:
+                        self._reload()
+                    else:
+                        for d in sorted(changed):
+                            self._refresh(d)
+                    self._seq = txn.base
+                yield txn
+        except BaseException:
+            self._seq = -1  # the in-memory index may hold what was rolled back: reload next time
+            raise
+        self._seq = txn.seq
+
+    def _reload(self) -> None:
+        """Lock and transaction held. Rebuild the mirror from the directory, three range queries; remove
+        unusable entries and rows that belong to no entry (a crash of an older version)."""
+        known = self._m.clear()
+        usage = dict(self._store.scan(USE))
+        for key, raw in self._store.scan(IDX):
+            d = key[len(IDX) :]
+            u = usage.get(USE + d)
+            item = known.get(d) or self._item(d, raw)
+            if item is not None and isinstance(u, BaseException):
+                self._reject(d, *_rejection(u))
+            elif item is not None:
+                self._m.add(d, item, u)
+        for prefix, rows in ((USE, usage.items()), (REC, self._store.scan(REC, values=False))):
+            for key, _ in rows:
+                if key[len(prefix) :] not in self._m:
+                    self._store.delete(key)
+
+    def _refresh(self, d: str) -> None:
+        """Lock and transaction held. Bring one entry in line with its rows."""
+        try:
+            raw = self._store.get(IDX + d)
+            u = self._store.get(USE + d) if raw is not None else None
+        except (UnsafeRecord, OSError) as e:
+            self._reject(d, *_rejection(e))
+            return
+        item = None if raw is None else self._m.items.get(d) or self._item(d, raw)
+        if item is None:
+            self._m.drop(d)
+        else:
+            self._m.add(d, item, u)
+
+    def _item(self, d: str, raw: object) -> Item | None:
+        """Lock and transaction held. An index row as an item, or None (the entry rejected)."""
+        try:
+            return self._m.item(raw)
+        except (UnsafeRecord, OSError, RecordError) as e:
+            self._reject(d, *_rejection(e))
+            return None
+
+    # -- row changes (callers hold self._lock and a transaction) ------------------------------------------
 
     def _delete(self, d: str) -> None:
-        """Lock held. Remove an entry's three keys in one transaction."""
-        with self._cache.transact():
-            for prefix in (_I, _U, _R):
-                self._cache.delete(prefix + d)
-        self._index.pop(d, None)
+        """Remove an entry's three rows (and its file)."""
+        with self._write() as txn:
+            for prefix in (IDX, USE, REC):
+                self._store.delete(prefix + d)
+            txn.changed.add(d)
+            self._m.drop(d)
+
+    def _evict_over_limit(self, keep: str | None) -> None:
+        """Remove the least recently used entries (never `keep`) until the bytes fit."""
+        if not self.limit_bytes:
+            return
+        for d in self._m.usage.victims(self.limit_bytes, keep):
+            row = self._m.usage.get(d)
+            self._delete(d)
+            self._evictions += 1
+            log.debug("disk_tier.evicted", key=d, nbytes=row and row[1], total=self._m.total, limit=self.limit_bytes)
 
     def _reject(self, d: str, reason: str, detail: str) -> None:
         """Lock held. Remove an unusable entry and say why."""
@@ -325,20 +368,19 @@ class DiskTier:
         log.warning("disk_tier.rejected", reason=reason, detail=detail, key=d, directory=self.directory)
         self._delete(d)
 
-    def _read_state(self, d: str, item: _Item) -> bytes | None:
+    # -- state records ------------------------------------------------------------------------------------
+
+    def _read_state(self, d: str, item: Item) -> bytes | None:
         """Read and check an entry's state record, without the lock; None (entry removed) if unusable."""
         try:
-            handle = self._cache.get(_R + d, read=True)
-        except OSError as e:
-            handle, error = None, f"{type(e).__name__}: {e}"
-        else:
-            error = "no state record"
+            handle: Any = self._store.get(REC + d, read=True)
+            why = ("missing", "no state record")
+        except (UnsafeRecord, OSError) as e:
+            handle, why = None, _rejection(e)
         if handle is None:
-            with self._lock:
-                if (_I + d) in self._cache:
-                    self._reject(d, "missing", error)
-                else:  # removed by another thread or process meanwhile
-                    self._index.pop(d, None)
+            with self._lock, self._write():
+                if d in self._m:  # in line with the directory: the index row is there
+                    self._reject(d, *why)
             return None
         f: BinaryIO = io.BytesIO(handle) if isinstance(handle, bytes) else handle
         try:
@@ -346,8 +388,8 @@ class DiskTier:
                 size = len(handle) if isinstance(handle, bytes) else os.fstat(f.fileno()).st_size
                 rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings, tokens=item.tokens)
         except (RecordError, OSError) as e:
-            with self._lock:
-                self._reject(d, e.reason if isinstance(e, RecordError) else "unreadable", str(e))
+            with self._lock, self._write():
+                self._reject(d, *_rejection(e))
             return None
         with self._lock:
             self._read += size
@@ -356,7 +398,14 @@ class DiskTier:
 
     def _touch(self, d: str) -> None:
         """Mark an entry used now (least-recently-used order), if it is still there."""
-        with self._lock, self._cache.transact():
-            raw = self._cache.get(_U + d)
+        with self._lock, self._write() as txn:
+            try:
+                raw = self._store.get(USE + d)
+            except UnsafeRecord as e:
+                self._reject(d, "unsafe", str(e))
+                return
             if isinstance(raw, str) and ":" in raw:
-                self._cache.set(_U + d, f"{time.time_ns()}:{raw.split(':', 1)[1]}")
+                new = f"{time.time_ns()}:{raw.split(':', 1)[1]}"
+                self._store.put(USE + d, new)
+                txn.changed.add(d)
+                self._m.set_usage(d, new)

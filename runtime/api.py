@@ -15,6 +15,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk_tier import DiskTier, DiskTierStats
+from caches.errors import DiskTierUnavailable
 from caches.prompt_cache import default_limit_bytes
 from runtime import validate as v
 from runtime.backend import LlamaBackend, SlotBackend
@@ -118,7 +119,10 @@ class Runtime:
             if data_dir is not None:
                 root = Path(data_dir)
                 store = await anyio.to_thread.run_sync(DiskStore, root / "sessions")
-                disk = await anyio.to_thread.run_sync(cls._open_disk_tier, root / "states", engine, disk_limit_mib)
+                try:
+                    disk = await anyio.to_thread.run_sync(cls._open_disk_tier, root / "states", engine, disk_limit_mib)
+                except DiskTierUnavailable as e:  # documented fallback: run without the disk tier
+                    log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
             else:
                 store = MemoryStore()
             slot = Slot(engine, cache_ram_bytes=ram, disk=disk, cache_rules=cache_rules)

@@ -107,14 +107,14 @@ def test_a_failed_write_is_logged_and_changes_nothing(
 ) -> None:
     with tier(tmp_path) as t:
         t.put(toks(0, 10), payload(1))
-        set_ = t._cache.set
+        set_ = t._store.cache.set
 
         def full(key: str, value: object, **kw: object) -> object:
             if key.startswith("turnstile:r:"):
                 raise OSError(28, "No space left on device")
             return set_(key, value, **kw)
 
-        monkeypatch.setattr(t._cache, "set", full)
+        monkeypatch.setattr(t._store.cache, "set", full)
         with capture_logs() as logs:
             assert t.put(toks(0, 20), payload(2)) is False  # would have replaced 0..10
         assert [e["event"] for e in logs] == ["disk_tier.write_failed"]

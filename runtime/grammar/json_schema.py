@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from runtime.errors import UnsupportedSchema
 from runtime.grammar.gbnf import (
     INT_MAX,
@@ -50,10 +48,11 @@ from runtime.grammar.schema_nodes import (
     StringNode,
     TupleNode,
 )
+from sessions.log import get_logger
 
 __all__ = ["SchemaConverter", "json_schema_to_grammar"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _FAILED = "JSON schema conversion failed:\n"
 

@@ -25,17 +25,16 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
-
 from runtime.errors import InvalidTool, ToolCallParseError
 from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, decode_json_prefix, make_call
 from runtime.tools.grammar import GrammarBuilder, ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice
+from sessions.log import get_logger
 
 __all__ = ["RESPOND", "TOOLS_INTRO", "GenericFormat", "add_system", "tool_call_example"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RESPOND = (
     "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to the "
