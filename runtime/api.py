@@ -323,6 +323,7 @@ class Runtime:
             tool_choice=tool_choice,
             tool_format=self.backend.tool_format,
             generation_prompt=self.backend.generation_prompt,
+            check_grammar=self.backend.check_grammar,
         )
 
     async def regenerate(self, session_id: str, *, timeout: float | None = None, **sampling: Any) -> Reply:

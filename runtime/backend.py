@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import llama_cpp
+
 from caches.disk_tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.chat_template import RenderedChat
-from runtime.sampler import GrammarSpec
+from runtime.sampler import GrammarSpec, init_grammar
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
@@ -84,6 +86,10 @@ class SlotBackend(Protocol):
         """What the chat template appends for the assistant's turn."""
         ...
 
+    def check_grammar(self, spec: GrammarSpec) -> None:
+        """Raise InvalidRequest unless the grammar parses (read-only on the vocabulary: any thread)."""
+        ...
+
     def run(self, req: SlotRequest) -> SlotResult:
         """Run one request on the slot; raises ContextOverflow (nothing changed) or DecodeError."""
         ...
@@ -132,6 +138,9 @@ class LlamaBackend:
     def tool_format(self) -> ToolFormat:
         fmt: ToolFormat = self.engine.template.tool_format()
         return fmt
+
+    def check_grammar(self, spec: GrammarSpec) -> None:
+        llama_cpp.llama_sampler_free(init_grammar(self.engine, spec))
 
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it

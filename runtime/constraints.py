@@ -63,6 +63,7 @@ class Constraints:
         tool_choice: object = "auto",
         tool_format: Callable[[], ToolFormat],
         generation_prompt: Callable[[], str],
+        check_grammar: Callable[[GrammarSpec], None] = lambda _spec: None,
     ) -> Constraints:
         """Check the turn's constraints; at most one of `response_format`, `grammar` and `tools`."""
         given = [n for n, v in (("response_format", response_format), ("grammar", grammar), ("tools", tools)) if v]
@@ -82,7 +83,9 @@ class Constraints:
         if grammar is not None:
             if not isinstance(grammar, str) or not grammar.strip():
                 raise InvalidRequest("grammar must be a non-empty GBNF string with a `root` rule")
-            return cls(grammar=GrammarSpec(grammar))  # a user grammar is not fed the generation prompt
+            spec = GrammarSpec(grammar)  # a user grammar is not fed the generation prompt
+            check_grammar(spec)
+            return cls(grammar=spec)
         if response_format is None:
             return cls()
         schema, parse = schema_for(response_format)  # type: ignore[arg-type]

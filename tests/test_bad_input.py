@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from runtime import InvalidConfig, InvalidRequest, Runtime, TurnstileError
+from runtime.errors import InvalidTool, ResponseFormatError, UnsupportedSchema
 from runtime.testing import ScriptedBackend
 from sessions import InvalidHistoryOp, InvalidSampling, InvalidSession, InvalidSessionId, MemoryStore, SessionNotFound
 
@@ -21,7 +22,50 @@ async def _drain(rt: Runtime, sid: str, msg: Any) -> None:
         pass
 
 
+def add(a: int, b: int) -> int:
+    """Add."""
+    return a + b
+
+
+def unannotated(a, b):  # type: ignore[no-untyped-def]
+    return a
+
+
+NOT_ENFORCEABLE = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}}
+
 CASES: list[tuple[str, Call, type[TurnstileError]]] = [
+    ("tool_choice names no tool", lambda rt: rt.chat("a", "hi", tools=[add], tool_choice="nope"), InvalidTool),
+    ("function with unannotated parameters", lambda rt: rt.chat("a", "hi", tools=[unannotated]), InvalidTool),
+    (
+        "tool dict without a name",
+        lambda rt: rt.chat("a", "hi", tools=[{"type": "function", "function": {}}]),
+        InvalidTool,
+    ),
+    ("tool_choice without tools", lambda rt: rt.chat("a", "hi", tool_choice="required"), InvalidRequest),
+    ("tool results for an unknown call", lambda rt: rt.chat("a", tool_results={"call_x": 1}), InvalidHistoryOp),
+    ("message and tool results", lambda rt: rt.chat("a", "hi", tool_results={"call_x": 1}), InvalidRequest),
+    ("neither message nor results", lambda rt: rt.chat("a"), InvalidRequest),
+    (
+        "schema with a remote ref",
+        lambda rt: rt.chat("a", "hi", response_format={"$ref": "http://x/y"}),
+        UnsupportedSchema,
+    ),
+    (
+        "schema keyword no grammar enforces",
+        lambda rt: rt.chat("a", "hi", response_format=NOT_ENFORCEABLE),
+        UnsupportedSchema,
+    ),
+    (
+        "tool schema keyword no grammar enforces",
+        lambda rt: rt.chat(
+            "a", "hi", tools=[{"type": "function", "function": {"name": "f", "parameters": NOT_ENFORCEABLE}}]
+        ),
+        UnsupportedSchema,
+    ),
+    ("response format of another kind", lambda rt: rt.chat("a", "hi", response_format=3), ResponseFormatError),
+    ("response format and tools", lambda rt: rt.chat("a", "hi", response_format="json", tools=[add]), InvalidRequest),
+    ("grammar without a root", lambda rt: rt.chat("a", "hi", grammar='x ::= "y"'), InvalidRequest),
+    ("grammar not a str", lambda rt: rt.chat("a", "hi", grammar=5), InvalidRequest),  # type: ignore[arg-type]
     ("chat None", lambda rt: rt.chat("a", None), InvalidRequest),  # type: ignore[arg-type]
     ("chat None, new id", lambda rt: rt.chat("new", None), InvalidRequest),  # type: ignore[arg-type]
     ("chat bytes", lambda rt: rt.chat("a", b"hi"), InvalidRequest),  # type: ignore[arg-type]

@@ -23,6 +23,9 @@ def run_example(name: str, model: Path, *args: str) -> str:
     return r.stdout
 
 
+IN_PROCESS = ["concurrent_agents.py", "debate.py", "round_table.py", "tool_agents.py", "structured_vote.py"]
+
+
 def usages(out: str) -> list[tuple[int, int, str, int]]:
     """(prompt, cached, source, prefilled) of every "[N prompt ...]" line."""
     found = re.findall(r"\[(\d+) prompt = (\d+) cached \((\w+)\) \+ (\d+) prefilled\]", out)
@@ -31,10 +34,10 @@ def usages(out: str) -> list[tuple[int, int, str, int]]:
 
 def test_every_example_is_short_and_uses_the_public_api() -> None:
     names = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert names == ["concurrent_agents.py", "debate.py", "round_table.py"]
-    for name in names:
+    assert set(names) >= {"concurrent_agents.py", "debate.py", "round_table.py", "tool_agents.py", "structured_vote.py"}
+    for name in IN_PROCESS:
         text = (EXAMPLES / name).read_text()
-        assert len(text.splitlines()) <= 70, name
+        assert len(text.splitlines()) <= 75, name
         imports = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
         assert [line for line in imports if "runtime" in line] == [
             "from runtime import Reply, Runtime, configure_logging"
@@ -81,3 +84,20 @@ def test_concurrent_agents(tiny_llama: Path, policy: str) -> None:
     for _, _agent, _queued, source, prompt, cached in wave2:
         assert source in ("slot", "ram") and int(cached) > int(prompt) // 2
     assert re.search(r"10 turns: \d+ prompt tokens, \d+ from the cache", out)
+
+
+@pytest.mark.slow
+def test_tool_agents(smollm2_path: Path) -> None:
+    out = run_example("tool_agents.py", smollm2_path).splitlines()
+    assert "calc: called multiply({'a': 12, 'b': 7}) -> 84.0" in out
+    assert any(line.startswith("scribe: called write_note(") for line in out)
+    assert out[-1].startswith("notebook: {")
+
+
+@pytest.mark.slow
+def test_structured_vote(smollm2_path: Path) -> None:
+    out = run_example("structured_vote.py", smollm2_path).splitlines()
+    votes = [line for line in out if re.match(r"^a [a-z ]+: (yes|no) \(", line)]
+    assert len(votes) == 5, out
+    yes = sum(": yes (" in v for v in votes)
+    assert out[-1] == "tally: " + ", ".join(f"{k} {n}" for k, n in (("no", 5 - yes), ("yes", yes)) if n)

@@ -31,3 +31,14 @@ async def test_unusable_sessions_store_is_a_typed_error(tiny_llama: Path, tmp_pa
     with pytest.raises(StoreUnavailable):
         async with Runtime.open(tiny_llama, data_dir=tmp_path, **OPTS):
             pass  # pragma: no cover
+
+
+async def test_a_grammar_llama_cpp_cannot_parse_is_refused_before_queueing(tiny_llama: Path) -> None:
+    from runtime import InvalidRequest
+
+    async with Runtime.open(tiny_llama, **OPTS) as rt:
+        with pytest.raises(InvalidRequest):
+            await rt.chat("g", "hi", grammar='root ::= ("unclosed')
+        assert rt.stats().scheduler.submitted == 0
+        r = await rt.chat("g", "hi", grammar='root ::= "yes" | "no"', max_tokens=8, temperature=0.0)
+        assert r.text in ("yes", "no") and r.finish_reason == "stop"

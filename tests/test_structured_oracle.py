@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from runtime import Runtime
 from runtime.testing.llama_server import LlamaServer
+from runtime.testing.workloads import STRUCTURED_PROMPTS
 
 ENV = "TURNSTILE_LLAMA_SERVER"
 _BINARY = os.environ.get(ENV, "")
@@ -26,54 +26,7 @@ pytestmark = [
 
 N_CTX, THREADS, MAX_TOKENS, SEED = 4096, 2, 96, 0
 
-SCHEMAS: list[tuple[str, dict[str, Any]]] = [
-    (
-        "Describe a fictional person.",
-        {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string"},
-                "address": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
-                    "required": ["city"],
-                },
-            },
-            "required": ["name", "address"],
-        },
-    ),
-    (
-        "List three fruits.",
-        {
-            "type": "object",
-            "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}},
-            "required": ["fruits"],
-        },
-    ),
-    (
-        "Is the sky blue? Answer with a verdict.",
-        {"type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}}, "required": ["verdict"]},
-    ),
-    (
-        "Give a book title, and its year if you know it.",
-        {
-            "type": "object",
-            "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
-            "required": ["title"],
-        },
-    ),
-    (
-        "Rate pizza from 1 to 10 and give a temperature in Celsius.",
-        {
-            "type": "object",
-            "properties": {
-                "rating": {"type": "integer", "minimum": 1, "maximum": 10},
-                "celsius": {"type": "number", "minimum": -50, "maximum": 60},
-            },
-            "required": ["rating", "celsius"],
-        },
-    ),
-]
+SCHEMAS = STRUCTURED_PROMPTS
 
 GRAMMAR = 'root ::= "The answer is " ("yes" | "no") "."'
 

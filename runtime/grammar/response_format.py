@@ -18,6 +18,7 @@ import msgspec
 
 from runtime.errors import ReplyMismatch, ResponseFormatError, UnsupportedSchema
 from runtime.grammar.chat import reply_content
+from runtime.grammar.enforceable import check_enforceable
 from runtime.grammar.json_schema import json_schema_to_grammar
 from runtime.grammar.schema_nodes import SchemaBuilder
 from runtime.grammar.validate import check_value
@@ -103,6 +104,7 @@ def schema_for(fmt: ResponseFormat) -> tuple[dict[str, Any] | None, Callable[[st
         raise ResponseFormatError(f'unknown response format {fmt!r} (expected "json", "text", a type or a schema)')
     if isinstance(fmt, Mapping):
         schema = dict(fmt)
+        check_enforceable(schema)
         json_schema_to_grammar(schema)  # raises UnsupportedSchema now rather than when the request runs
         return schema, _schema_parser(schema)
     if _is_type_format(fmt):

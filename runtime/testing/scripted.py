@@ -30,7 +30,8 @@ from caches.tiered import Location
 from caches.tokens import lcp
 from runtime.backend import SlotRequest, SlotResult
 from runtime.chat_template import RenderedChat
-from runtime.errors import ContextOverflow
+from runtime.errors import ContextOverflow, InvalidRequest
+from runtime.sampler import GrammarSpec
 from runtime.tools import GenericFormat, ToolFormat
 from runtime.types import FinishReason
 
@@ -105,6 +106,10 @@ class ScriptedBackend:
 
     def generation_prompt(self) -> str:
         return "assistant: "
+
+    def check_grammar(self, spec: GrammarSpec) -> None:
+        if "root" not in spec.gbnf:
+            raise InvalidRequest("the grammar has no root rule")
 
     def prepare(
         self,

@@ -3,6 +3,8 @@ round-robin order of the parity oracle and the interleaved benchmark."""
 
 from __future__ import annotations
 
+from typing import Any
+
 Messages = list[dict[str, str]]
 
 # (system prompt, user messages): six personas with five turns each (those of the parity oracle).
@@ -97,3 +99,55 @@ def messages(conv: int, turn: int, replies: dict[tuple[int, int], str]) -> Messa
         msgs += [{"role": "user", "content": user_message(conv, t)}, {"role": "assistant", "content": replies[conv, t]}]
     msgs.append({"role": "user", "content": user_message(conv, turn)})
     return msgs
+
+
+# Prompts with the JSON schemas their replies must follow (nested objects, arrays, enums, optional fields,
+# bounded numbers): the structured-output oracle and the grammar benchmark.
+STRUCTURED_PROMPTS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "Describe a fictional person.",
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "address": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+            "required": ["name", "address"],
+        },
+    ),
+    (
+        "List three fruits.",
+        {
+            "type": "object",
+            "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3}},
+            "required": ["fruits"],
+        },
+    ),
+    (
+        "Is the sky blue? Answer with a verdict.",
+        {"type": "object", "properties": {"verdict": {"enum": ["yes", "no", "unsure"]}}, "required": ["verdict"]},
+    ),
+    (
+        "Give a book title, and its year if you know it.",
+        {
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "year": {"type": "integer"}},
+            "required": ["title"],
+        },
+    ),
+    (
+        "Rate pizza from 1 to 10 and give a temperature in Celsius.",
+        {
+            "type": "object",
+            "properties": {
+                "rating": {"type": "integer", "minimum": 1, "maximum": 10},
+                "celsius": {"type": "number", "minimum": -50, "maximum": 60},
+            },
+            "required": ["rating", "celsius"],
+        },
+    ),
+]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 
 from runtime.errors import InvalidTool, InvalidToolArguments
+from runtime.grammar.enforceable import check_enforceable
 from runtime.tools.validate import problem
 
 __all__ = ["Tool", "ToolChoice", "as_tools", "resolve_tool_choice"]
@@ -92,6 +93,7 @@ class Tool:
             parameters = msgspec.json.decode(msgspec.json.encode(parameters))  # a JSON-only deep copy
         except (TypeError, msgspec.DecodeError) as err:
             raise InvalidTool(f"tool {name!r}: parameters are not JSON: {err}") from None
+        check_enforceable(parameters, f"#/tools/{name}/parameters")
         return cls(name, description, parameters)
 
     @classmethod
