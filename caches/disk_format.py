@@ -23,9 +23,9 @@ each field and the checksum, and raises `RecordError` with a short reason.
 
 No intermediate copies of a payload: `encode_parts` takes the payload as one buffer or a list of
 buffers and gives them back as parts to write (`PartsReader` hands them to diskcache in slices);
-`decode` reads the payload into one uninitialised buffer that it allocates once (numpy, huge pages
-where the kernel gives them), checksumming each chunk right after reading it, and returns a read-only
-view of that buffer.
+`decode` reads the payload into one uninitialised buffer (from `caches.buffers.STATE_BUFFERS`: the
+memory of a freed state when there is one), checksumming each chunk right after reading it, and returns
+a read-only view of that buffer.
 """
 
 from __future__ import annotations
@@ -36,8 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
+from caches.buffers import STATE_BUFFERS
 from caches.tokens import tokens_from_bytes, tokens_to_bytes
 
 __all__ = [
@@ -189,7 +188,7 @@ def _read_exact(f: RecordFile, n: int) -> bytes:
 
 def _read_payload(f: RecordFile, n: int, crc: int) -> tuple[memoryview, int]:
     """Read `n` bytes into one fresh buffer, checksumming chunk by chunk; (read-only view, crc)."""
-    view = np.empty(n, dtype=np.uint8).data.cast("B")
+    view = STATE_BUFFERS.take(n)
     off = 0
     while off < n:
         got = f.readinto(view[off : min(n, off + _CHUNK)]) or 0

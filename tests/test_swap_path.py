@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from caches.buffers import STATE_BUFFERS, BufferPool
 from caches.disk_format import KIND_INDEX, KIND_STATE, Buffer, decode, encode, record_size
 from caches.disk_tier import DiskTier
 from runtime.engine import Engine
@@ -133,3 +134,49 @@ def test_record_payload_parts_and_chunked_read() -> None:
     assert rec == encode(KIND_STATE, FP, SETTINGS, [1, 2], whole)
     got = decode(io.BytesIO(rec), len(rec), kind=KIND_STATE, fingerprint=FP, settings=SETTINGS)
     assert got.payload == whole and got.payload.readonly and got.payload_len == len(whole)
+
+
+def test_pool_reuses_a_buffer_only_when_nothing_refers_to_it() -> None:
+    pool = BufferPool(keep_bytes=8 << 20, min_pooled=1 << 20)
+    a = pool.take(2 << 20)
+    assert (len(a), a.readonly, a.format) == (2 << 20, False, "B")
+    a[:3] = b"abc"
+    tail = a.toreadonly()[1:]  # a view of a view still holds the buffer
+    del a
+    b = pool.take(2 << 20)
+    assert (pool.allocated, pool.reused) == (2, 0)
+    arr = np.frombuffer(tail, dtype=np.uint8)
+    del tail
+    c = pool.take(2 << 20)
+    assert (pool.allocated, pool.reused) == (3, 0)
+    del arr
+    d = pool.take((2 << 20) - 100)  # fits within the slack: the first buffer's memory, uninitialised
+    assert (pool.allocated, pool.reused) == (3, 1)
+    assert (len(d), bytes(d[:3])) == ((2 << 20) - 100, b"abc")  # the same memory, not cleared
+    assert pool.take(1 << 10) is not None and pool.allocated == 3  # small: a plain allocation
+    big = pool.take(4 << 20)  # no free buffer fits
+    assert pool.allocated == 4
+    del b, c, d, big
+    assert pool.idle_bytes() == 10 << 20
+    held = pool.take(16 << 20)  # keeps at most 8 MiB idle, dropping the oldest free buffers first
+    assert pool.idle_bytes() == 8 << 20 and len(held) == 16 << 20
+
+
+def test_state_get_reuses_the_memory_of_a_dropped_state(
+    tiny_llama: Path, make_engine: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng = make_engine(tiny_llama)
+    eng.clear()
+    eng.decode(eng.tokenize(PROMPT), 0)
+    monkeypatch.setattr(STATE_BUFFERS, "min_pooled", 1)  # the tiny model's state is small
+
+    def address(view: memoryview) -> int:
+        return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
+
+    first = eng.state_get()
+    second = eng.state_get()
+    assert second == first and address(second) != address(first)  # `first` is still referred to
+    where, reused = address(first), STATE_BUFFERS.reused
+    del first
+    third = eng.state_get()
+    assert third == second and address(third) == where and STATE_BUFFERS.reused == reused + 1
