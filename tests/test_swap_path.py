@@ -180,3 +180,20 @@ def test_state_get_reuses_the_memory_of_a_dropped_state(
     del first
     third = eng.state_get()
     assert third == second and address(third) == where and STATE_BUFFERS.reused == reused + 1
+
+
+def test_swap_benchmark_runs_and_writes_json(tiny_llama: Path, tmp_path: Path) -> None:
+    import json
+
+    from benchmarks import swap
+
+    swap.main(["--model", str(tiny_llama), "--tokens", "64", "--n-ctx", "256", "--repeat", "2", "--threads", "1",
+               "--dir", str(tmp_path), "--out", str(tmp_path)])  # fmt: skip
+    doc = json.loads((tmp_path / "swap.json").read_text())
+    ops = [r["operation"] for r in doc["rows"]]
+    assert ops[:5] == ["memcpy (fresh memory)", "memcpy (into mapped memory)", "save, fresh memory", "save (state_get)",
+                       "restore (state_set)"]  # fmt: skip
+    assert {"disk write", "disk read", "disk read + restore"} <= set(ops)
+    assert all(r["median_ms"] >= 0 and set(swap.COLUMNS) <= r.keys() for r in doc["rows"])
+    assert doc["params"]["state_bytes"] > 0
+    assert doc["params"]["tokens"] == 64
