@@ -28,12 +28,15 @@ MIN_POOLED = 1 << 20
 class BufferPool:
     """Hands out writable byte views of at least `min_pooled` bytes, reusing the memory of freed ones.
 
-    A free buffer is reused for a request of `n` bytes when its capacity is in `[n, n * (1 + slack)]`;
-    at most `keep_bytes` of free buffers are kept (the least recently freed go back to the OS first).
+    A free buffer is reused for a request of `n` bytes when its capacity is in `[n, n * (1 + slack)]`
+    (so a cache's byte count, which counts `n`, is low by at most `slack`); at most `keep` free buffers
+    are kept (the least recently used go back to the OS first). A cache at its limit frees about one
+    state per state it makes, so two cover a swap (save + load) and the idle memory stays below what
+    the transient copies of a swap used to take.
     """
 
-    def __init__(self, keep_bytes: int = 512 << 20, *, slack: float = 0.125, min_pooled: int = MIN_POOLED) -> None:
-        self.keep_bytes = keep_bytes
+    def __init__(self, keep: int = 2, *, slack: float = 0.125, min_pooled: int = MIN_POOLED) -> None:
+        self.keep = keep
         self.slack = slack
         self.min_pooled = min_pooled
         self._lock = threading.Lock()
@@ -62,13 +65,7 @@ class BufferPool:
                 buf = np.empty(n, dtype=np.uint8)
                 self.allocated += 1
             self._bufs.append(buf)  # the most recently used last
-            idle = sum(b.size for b in free)
-            drop: list[int] = []
-            for b in free:  # the oldest go back to the OS first
-                if idle <= self.keep_bytes:
-                    break
-                idle -= b.size
-                drop.append(id(b))
+            drop = [id(b) for b in free[: max(0, len(free) - self.keep)]]  # the oldest go back to the OS
             if drop:
                 self._bufs = [b for b in self._bufs if id(b) not in drop]
             del free, fits

@@ -137,7 +137,7 @@ def test_record_payload_parts_and_chunked_read() -> None:
 
 
 def test_pool_reuses_a_buffer_only_when_nothing_refers_to_it() -> None:
-    pool = BufferPool(keep_bytes=8 << 20, min_pooled=1 << 20)
+    pool = BufferPool(keep=2, min_pooled=1 << 20)
     a = pool.take(2 << 20)
     assert (len(a), a.readonly, a.format) == (2 << 20, False, "B")
     a[:3] = b"abc"
@@ -158,8 +158,8 @@ def test_pool_reuses_a_buffer_only_when_nothing_refers_to_it() -> None:
     assert pool.allocated == 4
     del b, c, d, big
     assert pool.idle_bytes() == 10 << 20
-    held = pool.take(16 << 20)  # keeps at most 8 MiB idle, dropping the oldest free buffers first
-    assert pool.idle_bytes() == 8 << 20 and len(held) == 16 << 20
+    held = pool.take(16 << 20)  # keeps two free buffers, the most recently used: d's (2 MiB) and big's (4 MiB)
+    assert pool.idle_bytes() == 6 << 20 and len(held) == 16 << 20
 
 
 def test_state_get_reuses_the_memory_of_a_dropped_state(
