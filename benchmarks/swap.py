@@ -15,10 +15,12 @@ Each operation runs `--repeat` times; the table gives the median (and best) time
 - `before: ...` rows: the previous path, re-enacted here for comparison (a zeroed ctypes buffer then
   `bytes(...)`; `from_buffer_copy` on restore; msgpack encode/decode around the disk tier).
 
+`--state-file F` writes the prefilled state to F, or loads it from F if it is there (the prefill is the
+slow part on a busy machine; the file is only an input, the timed operations never touch it).
 Disk rows write into `--dir` (default: a temporary directory) and read back from the page cache (the
 files were just written; no fsync, as diskcache does none).
 
-    python -m benchmarks swap [--tokens 6000] [--repeat 5] [--threads 2] [--dir DIR] [--model PATH]
+    python -m benchmarks swap [--tokens 6000] [--repeat 5] [--threads 2] [--dir DIR] [--model PATH] [--state-file F]
 """
 
 from __future__ import annotations
@@ -87,12 +89,14 @@ def _row(name: str, nbytes: int, times: list[float], memcpy_s: float | None) -> 
     }
 
 
-def _fill(eng: Engine, n_tokens: int) -> list[int]:
-    """Evaluate `n_tokens` tokens of text (a long document, repeated) into the sequence."""
+def _fill(eng: Engine, n_tokens: int, *, evaluate: bool = True) -> list[int]:
+    """Evaluate `n_tokens` tokens of text (a long document, repeated) into the sequence; the tokens."""
     text = " ".join(
         f"Paragraph {i}: the lighthouse keeper counted {i * 7} ships and wrote them down." for i in range(2000)
     )
     tokens = eng.tokenize(text)[:n_tokens]
+    if not evaluate:
+        return tokens
     eng.clear()
     for start in range(0, len(tokens), eng.n_batch):
         eng.decode(tokens[start : start + eng.n_batch], start, logits_last=False)
@@ -104,8 +108,17 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     cfg = EngineConfig(n_ctx=args.n_ctx, n_threads=args.threads)
     rows: list[dict[str, Any]] = []
     with Engine(model, cfg) as eng:
-        w.progress(f"prefilling {args.tokens} tokens")
-        tokens = _fill(eng, args.tokens)
+        saved = Path(args.state_file) if args.state_file else None
+        if saved is not None and saved.is_file() and eng.state_set(saved.read_bytes()):
+            w.progress(f"state loaded from {saved}")
+            tokens = _fill(eng, args.tokens, evaluate=False)
+        else:
+            w.progress(f"prefilling {args.tokens} tokens")
+            tokens = _fill(eng, args.tokens)
+            if saved is not None:
+                saved.write_bytes(eng.state_get())
+        if eng.pos_max() + 1 != args.tokens:
+            raise RuntimeError(f"the sequence holds {eng.pos_max() + 1} tokens, not {args.tokens}")
         size = eng.state_size()
         r = args.repeat
         src = np.frombuffer(bytes(eng.state_get()), dtype=np.uint8)
@@ -191,6 +204,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--dir", default=None, help="where the disk tier goes (default: a temporary directory)")
+    ap.add_argument("--state-file", default=None, help="keep the prefilled state here and reuse it (skips prefill)")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write swap.json")
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.tokens >= args.n_ctx or args.repeat < 1:
