@@ -24,6 +24,7 @@ first system's.
 from __future__ import annotations
 
 import random
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,7 +166,7 @@ def main(argv: list[str]) -> None:
     rows: list[dict[str, Any]] = []
     ideal: dict[tuple[int, int], int] = {}
     reference: list[w.TurnRecord] | None = None
-    with w.temp_dir("turnstile-long-context-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="turnstile-long-context-", dir=args.dir) as tmp:
         for n in names:
             meter: SwapMeter | None = None
             make: w.Factory
