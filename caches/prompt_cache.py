@@ -53,7 +53,6 @@ S = TypeVar("S")
 DEFAULT_LIMIT_BYTES = 8192 << 20
 """llama-server's `--cache-ram` default: 8192 MiB."""
 
-
 def default_limit_bytes(meminfo: str = "/proc/meminfo") -> int:
     """llama-server's 8192 MiB, but at most a quarter of the memory available now (MemAvailable)."""
     try:
