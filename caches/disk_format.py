@@ -20,6 +20,12 @@ Layout (little-endian):
 Magic and version come first and never move, so a record of another format version is recognised (and
 refused) whatever else it holds. `decode` reads a record from a binary file object in order, checks
 each field and the checksum, and raises `RecordError` with a short reason.
+
+No intermediate copies of a payload: `encode_parts` takes the payload as one buffer or a list of
+buffers and gives them back as parts to write (`PartsReader` hands them to diskcache in slices);
+`decode` reads the payload into one uninitialised buffer (from `caches.buffers.STATE_BUFFERS`: the
+memory of a freed state when there is one), checksumming each chunk right after reading it, and returns
+a read-only view of that buffer.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Protocol
 
+from caches.buffers import STATE_BUFFERS
 from caches.tokens import tokens_from_bytes, tokens_to_bytes
 
 __all__ = [
@@ -37,9 +44,11 @@ __all__ = [
     "KIND_STATE",
     "MAGIC",
     "VERSION",
+    "Buffer",
     "PartsReader",
     "Record",
     "RecordError",
+    "RecordFile",
     "encode",
     "encode_parts",
     "record_size",
@@ -53,6 +62,20 @@ KIND_INDEX = 2
 
 _HEAD = struct.Struct("<4sHBxHIIQ")
 _CRC = struct.Struct("<I")
+_CHUNK = 8 << 20  # payload bytes read (and checksummed while still in cache) at a time
+
+Buffer = bytes | bytearray | memoryview
+"""A contiguous byte buffer."""
+Payload = Buffer | Sequence[Buffer]
+"""One buffer, or buffers that make the payload one after the other."""
+
+
+class RecordFile(Protocol):
+    """What `decode` reads from: a binary file (`open(..., "rb")`, `io.BytesIO`)."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
 class RecordError(ValueError):
@@ -68,8 +91,8 @@ class Record:
     kind: int
     tokens: tuple[int, ...]
     payload_len: int
-    payload: bytes
-    """Empty for an index record."""
+    payload: memoryview
+    """A read-only view of the buffer the payload was read into; empty for an index record."""
 
 
 def _as_bytes(value: str | bytes) -> bytes:
@@ -87,24 +110,26 @@ def encode_parts(
     fingerprint: str | bytes,
     settings: str | bytes,
     tokens: Sequence[int],
-    payload: bytes | memoryview = b"",
+    payload: Payload = b"",
     *,
     payload_len: int | None = None,
     token_bytes: bytes | None = None,
-) -> list[bytes | memoryview]:
-    """A record as a list of buffers to write one after the other (the payload is not copied).
+) -> list[Buffer]:
+    """A record as a list of buffers to write one after the other (the payload's buffers are not copied).
 
-    An index record (`KIND_INDEX`) takes `payload_len` (its state's) and no payload.
+    `payload` is one buffer or a list of buffers (the payload is their concatenation). An index record
+    (`KIND_INDEX`) takes `payload_len` (its state's) and no payload.
     """
     fp, st = _as_bytes(fingerprint), _as_bytes(settings)
     tb = tokens_to_bytes(tokens) if token_bytes is None else token_bytes
+    pieces = payload_parts(payload)
     if kind == KIND_STATE:
-        body: bytes | memoryview = payload
-        plen = len(payload)
+        body = pieces
+        plen = sum(len(p) for p in pieces)
     else:
-        body, plen = b"", (payload_len if payload_len is not None else len(payload))
+        body, plen = [], (payload_len if payload_len is not None else sum(len(p) for p in pieces))
     head = _HEAD.pack(MAGIC, VERSION, kind, len(fp), len(st), len(tb) // 4, plen)
-    parts: list[bytes | memoryview] = [head, fp, st, tb, body]
+    parts: list[Buffer] = [head, fp, st, tb, *body]
     crc = 0
     for p in parts:
         crc = zlib.crc32(p, crc)
@@ -117,7 +142,7 @@ def encode(
     fingerprint: str | bytes,
     settings: str | bytes,
     tokens: Sequence[int],
-    payload: bytes | memoryview = b"",
+    payload: Payload = b"",
     *,
     payload_len: int | None = None,
     token_bytes: bytes | None = None,
@@ -128,10 +153,16 @@ def encode(
     )
 
 
+def payload_parts(payload: Payload) -> list[Buffer]:
+    """The payload as a list of byte views (one per buffer), whichever form it came in."""
+    items: Sequence[Buffer] = [payload] if isinstance(payload, bytes | bytearray | memoryview) else payload
+    return [memoryview(p).cast("B") if isinstance(p, memoryview) and p.format != "B" else p for p in items]
+
+
 class PartsReader:
     """A file-like `read(n)` over buffers, for diskcache's `set(..., read=True)` (no joined copy)."""
 
-    def __init__(self, parts: Sequence[bytes | memoryview]) -> None:
+    def __init__(self, parts: Sequence[Buffer]) -> None:
         self._parts = [memoryview(p).cast("B") for p in parts if len(p)]
         self._i = 0
         self._off = 0
@@ -148,15 +179,28 @@ class PartsReader:
         return chunk
 
 
-def _read_exact(f: BinaryIO, n: int) -> bytes:
+def _read_exact(f: RecordFile, n: int) -> bytes:
     data = f.read(n)
     if len(data) != n:
         raise RecordError("truncated", f"wanted {n} bytes, got {len(data)}")
     return data
 
 
+def _read_payload(f: RecordFile, n: int, crc: int) -> tuple[memoryview, int]:
+    """Read `n` bytes into one fresh buffer, checksumming chunk by chunk; (read-only view, crc)."""
+    view = STATE_BUFFERS.take(n)
+    off = 0
+    while off < n:
+        got = f.readinto(view[off : min(n, off + _CHUNK)]) or 0
+        if got <= 0:
+            raise RecordError("truncated", f"wanted {n} payload bytes, got {off}")
+        crc = zlib.crc32(view[off : off + got], crc)
+        off += got
+    return view.toreadonly(), crc
+
+
 def decode(
-    f: BinaryIO,
+    f: RecordFile,
     size: int,
     *,
     kind: int,
@@ -190,8 +234,8 @@ def decode(
     fp = _read_exact(f, f_len)
     st = _read_exact(f, s_len)
     tb = _read_exact(f, 4 * n_tok)
-    payload = _read_exact(f, body)
-    crc = zlib.crc32(payload, zlib.crc32(tb, zlib.crc32(st, zlib.crc32(fp, zlib.crc32(head)))))
+    crc = zlib.crc32(tb, zlib.crc32(st, zlib.crc32(fp, zlib.crc32(head))))
+    payload, crc = _read_payload(f, body, crc)
     (stored,) = _CRC.unpack(_read_exact(f, _CRC.size))
     if stored != crc:
         raise RecordError("checksum", f"crc32 {stored:08x} != {crc:08x}")

@@ -42,16 +42,19 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from caches.disk_format import (
     KIND_INDEX,
     KIND_STATE,
+    Buffer,
     PartsReader,
+    Payload,
     RecordError,
     decode,
     encode,
     encode_parts,
+    payload_parts,
     tokens_to_bytes,
 )
 from caches.disk_mirror import Item, Mirror
@@ -139,8 +142,8 @@ class DiskTier:
 
     # -- public -------------------------------------------------------------------------------------------
 
-    def put(self, tokens: Sequence[int], payload: bytes) -> bool:
-        """Store `payload` for `tokens`; True if stored.
+    def put(self, tokens: Sequence[int], payload: Payload) -> bool:
+        """Store `payload` (one buffer, or a list of buffers written one after the other) for `tokens`; True if stored.
 
         Replaces an entry with the same tokens and drops the entries these tokens hold whole (their
         tokens are a prefix of these), as llama-server's prompt cache does. Refuses empty tokens and a
@@ -151,8 +154,10 @@ class DiskTier:
         if not toks:
             return False
         tb = tokens_to_bytes(toks)
-        parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, payload, token_bytes=tb)
-        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=len(payload), token_bytes=tb)
+        pieces = payload_parts(payload)
+        parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, pieces, token_bytes=tb)
+        plen = sum(len(p) for p in pieces)
+        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=plen, token_bytes=tb)
         nbytes = sum(len(p) for p in parts) + len(index)
         if self.limit_bytes and nbytes > self.limit_bytes:
             log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes, limit_bytes=self.limit_bytes)
@@ -172,7 +177,7 @@ class DiskTier:
         )
         return True
 
-    def _put(self, d: str, toks: tuple[int, ...], parts: list[bytes | memoryview], index: bytes, nbytes: int) -> None:
+    def _put(self, d: str, toks: tuple[int, ...], parts: list[Buffer], index: bytes, nbytes: int) -> None:
         """Lock held. Write first, then delete (diskcache removes a deleted value's file at once, even
         inside a transaction that is then rolled back); a failure rolls back and removes the new files."""
         with self._write() as txn:
@@ -188,8 +193,10 @@ class DiskTier:
             self._m.add(d, Item(toks, nbytes), format_usage(stamp, nbytes))
             self._evict_over_limit(keep=d)
 
-    def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], bytes] | None:
+    def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], memoryview] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
+
+        The payload is a read-only view of the one buffer the record was read into (no other copy).
 
         Candidates keep at least a quarter of themselves (lcp / their length >= 0.25, as llama-server's
         prompt cache) and more than `better_than` tokens of the prompt. The most kept tokens wins; among
@@ -370,7 +377,7 @@ class DiskTier:
 
     # -- state records ------------------------------------------------------------------------------------
 
-    def _read_state(self, d: str, item: Item) -> bytes | None:
+    def _read_state(self, d: str, item: Item) -> memoryview | None:
         """Read and check an entry's state record, without the lock; None (entry removed) if unusable."""
         try:
             handle: Any = self._store.get(REC + d, read=True)
@@ -382,7 +389,7 @@ class DiskTier:
                 if d in self._m:  # in line with the directory: the index row is there
                     self._reject(d, *why)
             return None
-        f: BinaryIO = io.BytesIO(handle) if isinstance(handle, bytes) else handle
+        f: Any = io.BytesIO(handle) if isinstance(handle, bytes) else handle  # a RecordFile
         try:
             with f:
                 size = len(handle) if isinstance(handle, bytes) else os.fstat(f.fileno()).st_size

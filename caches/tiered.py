@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
+from caches.disk_format import Buffer
 from caches.disk_tier import DiskTier
 from caches.prompt_cache import Entry, PromptCache, pick_better
 from caches.tokens import lcp
@@ -30,11 +31,15 @@ Location = Literal["ram", "disk", "none"]
 
 
 class StateCodec(Protocol[S]):
-    """How a state becomes bytes for the disk tier and back, and what it weighs in RAM."""
+    """How a state becomes bytes for the disk tier and back, and what it weighs in RAM.
 
-    def encode(self, state: S) -> bytes: ...
+    `encode` gives the bytes as buffers that the disk tier writes one after the other (never joined, so a
+    state's own buffers are written without a copy); `decode` may keep views into the buffer it is given.
+    """
 
-    def decode(self, data: bytes) -> S: ...
+    def encode(self, state: S) -> Sequence[Buffer]: ...
+
+    def decode(self, data: memoryview) -> S: ...
 
     def nbytes(self, state: S) -> int: ...
 
@@ -156,12 +161,12 @@ class TieredCache(Generic[S]):
         """Write a state to the disk tier; the bytes written (0: no tier, empty, or refused)."""
         if self.disk is None or not tokens:
             return 0
-        data = self.codec.encode(state)
-        if not self.disk.put(tokens, data):
+        parts = self.codec.encode(state)
+        if not self.disk.put(tokens, parts):
             return 0
         self._spilled += 1
         self._disk_keys.add(hash(tuple(tokens)))
-        return len(data)
+        return sum(len(p) for p in parts)
 
     def _spill_all(self, entries: Sequence[Entry[S]]) -> int:
         return sum(self._spill(e.tokens, e.state) for e in entries)

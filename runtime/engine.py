@@ -20,6 +20,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from caches.buffers import STATE_BUFFERS
 from runtime.chat_template import ChatTemplate, RenderedChat
 from runtime.errors import ContextOverflow, DecodeError, InvalidConfig, InvalidRequest, ModelLoadError
 from runtime.host import fingerprint_file, physical_cores
@@ -322,20 +323,31 @@ class Engine:
     def state_size(self, *, partial: bool = False, seq: int = SEQ) -> int:
         return int(llama_cpp.llama_state_seq_get_size_ext(self.ctx, seq, self._flags(partial)))
 
-    def state_get(self, *, partial: bool = False, seq: int = SEQ) -> bytes:
-        """The sequence's state (full, or PARTIAL_ONLY: the parts that cannot be rolled back)."""
+    def state_get(self, *, partial: bool = False, seq: int = SEQ) -> memoryview:
+        """The sequence's state (full, or PARTIAL_ONLY: the parts that cannot be rolled back).
+
+        One copy: llama.cpp writes straight into a buffer from `STATE_BUFFERS` (uninitialised; the memory
+        of a state nobody refers to any more when there is one, so no fresh pages to fault in), returned
+        as a read-only byte view that keeps the buffer alive as long as the caller keeps it.
+        """
         size = self.state_size(partial=partial, seq=seq)
-        buf = (ctypes.c_uint8 * size)()
-        n = int(llama_cpp.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, self._flags(partial)))
+        buf = STATE_BUFFERS.take(size)
+        dst = np.frombuffer(buf, dtype=np.uint8).ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        n = int(llama_cpp.llama_state_seq_get_data_ext(self.ctx, dst, size, seq, self._flags(partial)))
+        del dst
         if n != size:
             raise DecodeError(-2, f"state copy returned {n} of {size} bytes")
-        return bytes(buf)
+        return buf.toreadonly()
 
-    def state_set(self, data: bytes, *, partial: bool = False, seq: int = SEQ) -> bool:
-        """Load a state saved by `state_get`; False (memory cleared) when llama.cpp refuses it."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        n = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, self._flags(partial)))
-        if n != len(data):
+    def state_set(self, data: bytes | bytearray | memoryview, *, partial: bool = False, seq: int = SEQ) -> bool:
+        """Load a state saved by `state_get`; False (memory cleared) when llama.cpp refuses it.
+
+        No copy on our side: llama.cpp reads `data` in place (any contiguous byte buffer).
+        """
+        arr = np.frombuffer(data, dtype=np.uint8)
+        src = arr.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        n = int(llama_cpp.llama_state_seq_set_data_ext(self.ctx, src, arr.size, seq, self._flags(partial)))
+        if n != arr.size:
             if not partial:
                 self.clear()
             return False

@@ -29,6 +29,7 @@ from runtime.errors import ContextOverflow, DecodeError, InvalidConfig
 from runtime.slot_state import (
     CHECKPOINT_MIN_STEP,
     N_CTX_CHECKPOINTS,
+    Bytes,
     Checkpoint,
     SlotState,
     find_restore,
@@ -72,15 +73,15 @@ class _Counters:
 
 
 class _StateCodec:
-    """`SlotState`s for the tiered cache: msgpack bytes on disk, their byte size in RAM."""
+    """`SlotState`s for the tiered cache: `parts()` on disk (no copy, no msgpack), their byte size in RAM."""
 
     @staticmethod
-    def encode(state: SlotState) -> bytes:
-        return state.encode()
+    def encode(state: SlotState) -> list[Bytes]:
+        return state.parts()
 
     @staticmethod
-    def decode(data: bytes) -> SlotState:
-        return SlotState.decode(data)
+    def decode(data: Bytes) -> SlotState:
+        return SlotState.decode(data)  # views into `data`: the disk tier's read buffer becomes the state
 
     @staticmethod
     def nbytes(state: SlotState) -> int:
@@ -302,9 +303,7 @@ class Slot:
             source = "checkpoint"
         elif source is None:
             source = "slot"
-        log.info(
-            "cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored
-        )
+        log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
         self._n.requests += 1
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += n_past

@@ -1,0 +1,228 @@
+"""`python -m benchmarks swap`: state save and restore throughput (GB/s) for a long SmolLM2 state, vs memcpy.
+
+SmolLM2-135M (`n_ctx` 8192) evaluates `--tokens` (6,000) tokens once; its sequence state is then ~140 MB.
+Each operation runs `--repeat` times; the table gives the median (and best) time and GB/s (1e9 bytes/s):
+
+- `memcpy (fresh buffer)`: `numpy.copy` of an array of the state's size (allocation + one copy: what a
+  save has to do at least); `memcpy (into existing)`: `numpy.copyto` into a buffer allocated once;
+- `save`: `Engine.state_get()` (llama.cpp writes into a fresh uninitialised buffer the cache keeps);
+  `restore`: `Engine.state_set(view)` (llama.cpp reads the kept buffer in place);
+- `save + restore`: both, bytes counted once per direction (the issue's target: >= 2 GB/s, or within
+  1.5x of memcpy);
+- `disk write`: `DiskTier.put(tokens, SlotState.parts())` (header + CRC-32 + file write, no joined copy);
+  `disk read`: `DiskTier.find(tokens)` (index lookup, one read into a fresh buffer, CRC-32) and
+  `disk read + restore`: the same, then `SlotState.decode` (views) and `Engine.state_set`;
+- `before: ...` rows: the previous path, re-enacted here for comparison (a zeroed ctypes buffer then
+  `bytes(...)`; `from_buffer_copy` on restore; msgpack encode/decode around the disk tier).
+
+`--state-file F` writes the prefilled state to F, or loads it from F if it is there (the prefill is the
+slow part on a busy machine; the file is only an input, the timed operations never touch it).
+Disk rows write into `--dir` (default: a temporary directory) and read back from the page cache (the
+files were just written; no fsync, as diskcache does none).
+
+    python -m benchmarks swap [--tokens 6000] [--repeat 5] [--threads 2] [--dir DIR] [--model PATH] [--state-file F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import msgspec
+import numpy as np
+
+from benchmarks import _workload as w
+from caches.disk_tier import DiskTier
+from runtime.engine import Engine, EngineConfig
+from runtime.models import default_model_path
+from runtime.slot_state import SlotState
+
+COLUMNS = ["operation", "MB", "median_ms", "best_ms", "GB_s", "best_GB_s", "x_memcpy"]
+
+
+class _Legacy(msgspec.Struct):
+    state: bytes
+    checkpoints: tuple[Any, ...] = ()
+
+
+def _old_get(eng: Engine) -> bytes:
+    """The previous `state_get`: a zeroed ctypes buffer, then `bytes(...)`."""
+    size = eng.state_size()
+    buf = (ctypes.c_uint8 * size)()
+    llama_cpp.llama_state_seq_get_data_ext(eng.ctx, buf, size, 0, 0)
+    return bytes(buf)
+
+
+def _old_set(eng: Engine, data: bytes) -> None:
+    """The previous `state_set`: `from_buffer_copy`, then load."""
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    llama_cpp.llama_state_seq_set_data_ext(eng.ctx, buf, len(data), 0, 0)
+
+
+def _time(fn: Callable[[], object], repeat: int) -> list[float]:
+    out: list[float] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _row(name: str, nbytes: int, times: list[float], memcpy_s: float | None) -> dict[str, Any]:
+    med, best = statistics.median(times), min(times)
+    return {
+        "operation": name,
+        "MB": round(nbytes / 1e6, 1),
+        "median_ms": round(1000 * med, 2),
+        "best_ms": round(1000 * best, 2),
+        "GB_s": round(nbytes / med / 1e9, 2),
+        "best_GB_s": round(nbytes / best / 1e9, 2),
+        "x_memcpy": round(med / memcpy_s, 2) if memcpy_s else 1.0,
+        "times_ms": [round(1000 * t, 2) for t in times],
+    }
+
+
+def _fill(eng: Engine, n_tokens: int, *, evaluate: bool = True) -> list[int]:
+    """Evaluate `n_tokens` tokens of text (a long document, repeated) into the sequence; the tokens."""
+    text = " ".join(
+        f"Paragraph {i}: the lighthouse keeper counted {i * 7} ships and wrote them down." for i in range(2000)
+    )
+    tokens = eng.tokenize(text)[:n_tokens]
+    if not evaluate:
+        return tokens
+    eng.clear()
+    for start in range(0, len(tokens), eng.n_batch):
+        eng.decode(tokens[start : start + eng.n_batch], start, logits_last=False)
+    return tokens
+
+
+def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    model = Path(args.model) if args.model else default_model_path()
+    cfg = EngineConfig(n_ctx=args.n_ctx, n_threads=args.threads)
+    rows: list[dict[str, Any]] = []
+    with Engine(model, cfg) as eng:
+        saved = Path(args.state_file) if args.state_file else None
+        if saved is not None and saved.is_file() and eng.state_set(saved.read_bytes()):
+            w.progress(f"state loaded from {saved}")
+            tokens = _fill(eng, args.tokens, evaluate=False)
+        else:
+            w.progress(f"prefilling {args.tokens} tokens")
+            tokens = _fill(eng, args.tokens)
+            if saved is not None:
+                saved.write_bytes(eng.state_get())
+        if eng.pos_max() + 1 != args.tokens:
+            raise RuntimeError(f"the sequence holds {eng.pos_max() + 1} tokens, not {args.tokens}")
+        size = eng.state_size()
+        r = args.repeat
+        src = np.frombuffer(bytes(eng.state_get()), dtype=np.uint8)
+        dst = np.empty_like(src)
+        copies: list[Any] = []
+        fresh = _time(lambda: copies.append(src.copy()), r)  # kept, as a cache keeps its states
+        copies.clear()
+        into = _time(lambda: np.copyto(dst, src), r)
+        m_fresh, m_into = statistics.median(fresh), statistics.median(into)
+        rows.append(_row("memcpy (fresh memory)", size, fresh, None))
+        rows.append(_row("memcpy (into mapped memory)", size, into, None))
+        kept: list[memoryview] = []
+        cold = _time(lambda: kept.append(eng.state_get()), r)  # every state kept: no buffer to reuse
+        del kept[:-1]  # a cache at its limit: each save frees a state (the pool hands its memory on)
+
+        def save_one() -> None:
+            kept.append(eng.state_get())
+            kept.pop(0)
+
+        saves = _time(save_one, r)
+        state = kept[-1]
+        restores = _time(lambda: eng.state_set(state), r)
+        rows.append(_row("save, fresh memory", size, cold, m_fresh))
+        rows.append(_row("save (state_get)", size, saves, m_into))
+        rows.append(_row("restore (state_set)", size, restores, m_into))
+        both = [a + b for a, b in zip(saves, restores, strict=True)]
+        rows.append(_row("save + restore", 2 * size, both, 2 * m_into))
+        kept.clear()
+        old_kept: list[bytes] = []
+        old_saves = _time(lambda: old_kept.append(_old_get(eng)), r)
+        old_state = old_kept[-1]
+        old_restores = _time(lambda: _old_set(eng, old_state), r)
+        rows.append(_row("before: save", size, old_saves, m_fresh))
+        rows.append(_row("before: restore", size, old_restores, m_into))
+        old_both = [a + b for a, b in zip(old_saves, old_restores, strict=True)]
+        rows.append(_row("before: save + restore", 2 * size, old_both, m_fresh + m_into))
+        old_kept.clear()
+
+        slot_state = SlotState(state)
+        with DiskTier(directory / "new", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
+            keys = [[*tokens, i] for i in range(r)]
+            it = iter(keys)
+            writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+            it = iter(keys)
+            reads = _time(lambda: tier.find(next(it)), r)
+            it = iter(keys)
+
+            def read_restore() -> None:
+                found = tier.find(next(it))
+                assert found is not None
+                eng.state_set(SlotState.decode(found[1]).state)
+
+            read_restores = _time(read_restore, r)
+            nbytes = tier.stats().bytes // r
+        rows.append(_row("disk write", nbytes, writes, m_fresh))
+        rows.append(_row("disk read", nbytes, reads, m_fresh))
+        rows.append(_row("disk read + restore", nbytes, read_restores, m_fresh + m_into))
+
+        enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Legacy)
+        with DiskTier(directory / "old", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
+            it = iter(keys)
+            old_writes = _time(lambda: tier.put(next(it), enc.encode(_Legacy(old_state))), r)
+            it = iter(keys)
+
+            def old_read_restore() -> None:
+                found = tier.find(next(it))
+                assert found is not None
+                _old_set(eng, dec.decode(bytes(found[1])).state)
+
+            old_read_restores = _time(old_read_restore, r)
+        rows.append(_row("before: disk write (msgpack)", nbytes, old_writes, m_fresh))
+        rows.append(_row("before: disk read + restore", nbytes, old_read_restores, m_fresh + m_into))
+        for row in rows:
+            row["state_bytes"] = size
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    ap = w.parser("swap", __doc__)
+    ap.add_argument("--tokens", type=int, default=6000, help="tokens in the state")
+    ap.add_argument("--n-ctx", type=int, default=8192)
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each operation (median and best reported)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--dir", default=None, help="where the disk tier goes (default: a temporary directory)")
+    ap.add_argument("--state-file", default=None, help="keep the prefilled state here and reuse it (skips prefill)")
+    ap.add_argument("--out", default=None, metavar="DIR", help="where to write swap.json")
+    args = ap.parse_args(argv)
+    if args.tokens < 1 or args.tokens >= args.n_ctx or args.repeat < 1:
+        ap.error("--tokens must be in 1..n_ctx-1 and --repeat at least 1")
+    with tempfile.TemporaryDirectory(prefix="turnstile-swap-", dir=args.dir) as tmp:
+        rows = run(args, Path(tmp))
+    w.write(
+        "swap",
+        rows,
+        params={
+            "model": (Path(args.model) if args.model else default_model_path()).name,
+            "tokens": args.tokens,
+            "n_ctx": args.n_ctx,
+            "repeat": args.repeat,
+            "threads": args.threads,
+            "state_bytes": rows[0]["state_bytes"],
+            "command": "python -m benchmarks swap " + " ".join(argv),
+        },
+        out=args.out,
+        columns=COLUMNS,
+    )
