@@ -6,13 +6,14 @@ llama.cpp implementation (`LlamaBackend`: an engine, its chat template, the slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from caches.disk_tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.chat_template import RenderedChat
+from runtime.prompt import PromptRenderer
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
@@ -50,6 +51,7 @@ class SlotResult:
     t_prefill: float
     t_decode: float
     t_first_token: float | None  # seconds from start to the first generated token
+    dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
 
     @property
     def generated_tokens(self) -> int:
@@ -63,8 +65,11 @@ class SlotBackend(Protocol):
     n_ctx: int
     name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
 
-    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
-        """Render and tokenize a conversation (with the message starts the slot's checkpoints need)."""
+    def prepare(
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, *, spans: bool = True
+    ) -> RenderedChat:
+        """Render and tokenize a conversation with every message's start (`spans=False`: only if cheap, or
+        if the slot's checkpoints need them); `session_id` keeps the result for the session's next turn."""
         ...
 
     def run(self, req: SlotRequest) -> SlotResult:
@@ -99,10 +104,12 @@ class LlamaBackend:
         self.disk = disk
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
+        self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
-    def prepare(self, messages: Sequence[dict[str, Any]]) -> RenderedChat:
-        rendered: RenderedChat = self.engine.render(messages, spans=self.engine.needs_checkpoints)
-        return rendered
+    def prepare(
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, *, spans: bool = True
+    ) -> RenderedChat:
+        return self.prompts.render(messages, session_id, spans=spans or self.engine.needs_checkpoints)
 
     def run(self, req: SlotRequest) -> SlotResult:
         result: SlotResult = self.slot.run(req)

@@ -8,6 +8,7 @@ scheduler (`Job.undo`). A session used for the first time is created by its firs
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import msgspec
 import structlog
 
 from runtime.backend import SlotBackend, SlotRequest, SlotResult
+from runtime.context import ContextPolicy, ContextWindow
 from runtime.reply import Reply, Timings, Usage
 from runtime.scheduler import Job
 from runtime.stream import Pieces
@@ -50,8 +52,17 @@ class Turn:
 class TurnRunner:
     """Runs turns for the Runtime: store calls through `store_call`, slot work through `slot_call`."""
 
-    def __init__(self, backend: SlotBackend, store: SessionStore, store_call: StoreCall, slot_call: SlotCall) -> None:
+    def __init__(
+        self,
+        backend: SlotBackend,
+        store: SessionStore,
+        store_call: StoreCall,
+        slot_call: SlotCall,
+        context: ContextPolicy = "error",
+    ) -> None:
         self.backend = backend
+        self.context: ContextPolicy = context  # the policy of sessions that set none
+        self.window = ContextWindow()
         self.store = store
         self._store = store_call
         self._in_slot = slot_call
@@ -73,7 +84,11 @@ class TurnRunner:
                 pending = turn.conversation
                 if existed:  # the transcript is replaced; the session keeps its identity and settings
                     pending = msgspec.structs.replace(
-                        pending, created=session.created, sampling=session.sampling, metadata=session.metadata
+                        pending,
+                        created=session.created,
+                        sampling=session.sampling,
+                        metadata=session.metadata,
+                        context=session.context,
                     )
             elif turn.kind is RequestKind.CHAT:
                 assert turn.message is not None
@@ -85,7 +100,13 @@ class TurnRunner:
                 "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
             )
             result: SlotResult = await self._in_slot(
-                self._run_in_slot, job, pending.chat_messages(), sampling, turn.pieces
+                self._run_in_slot,
+                job,
+                pending.chat_messages(),
+                sampling,
+                turn.pieces,
+                pending.context or self.context,
+                sid if turn.commit else None,
             )
             if result.finish_reason == "cancelled" or job.cancelled or not turn.commit:
                 return self._reply(job, result, session.revision)
@@ -137,11 +158,18 @@ class TurnRunner:
         raise InvalidHistoryOp(f"session {session.id!r} has no turn to regenerate")
 
     def _run_in_slot(
-        self, job: Job, messages: list[dict[str, Any]], sampling: Sampling, pieces: Pieces | None
+        self,
+        job: Job,
+        messages: list[dict[str, Any]],
+        sampling: Sampling,
+        pieces: Pieces | None,
+        context: ContextPolicy = "error",
+        key: str | None = None,
     ) -> SlotResult:
-        """Worker thread: render, tokenize, run the slot."""
+        """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
-            rendered = self.backend.prepare(messages)
+            prompt = self.window.prepare(self.backend, key, messages, context, sampling.max_tokens)
+            rendered = prompt.rendered
             first = [True]
 
             def on_piece(piece: str) -> None:
@@ -160,7 +188,7 @@ class TurnRunner:
                 request_id=job.id,
                 session_id=job.session_id,
             )
-            result = self.backend.run(req)
+            result = dataclasses.replace(self.backend.run(req), dropped_messages=prompt.dropped)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             return result
@@ -179,6 +207,7 @@ class TurnRunner:
                 cached_tokens=r.cached_tokens,
                 prefilled_tokens=r.prefilled_tokens,
                 generated_tokens=r.generated_tokens,
+                dropped_messages=r.dropped_messages,
             ),
             cache_source=r.cache_source,
             timings=Timings(

@@ -125,6 +125,7 @@ class _Document(msgspec.Struct):
     created: float | None = None
     updated: float | None = None
     revision: int = 0
+    context: str | None = None
 
 
 def export(session: Session) -> str:
@@ -143,6 +144,8 @@ def export(session: Session) -> str:
         "updated": session.updated,
         "revision": session.revision,
     }
+    if session.context is not None:
+        document["context"] = session.context
     return msgspec.json.encode(document).decode()
 
 
@@ -182,4 +185,5 @@ def import_(data: str | bytes, *, new_id: str | None = None, now: float | None =
         created=created,
         updated=created if doc.updated is None else doc.updated,
         revision=doc.revision,
+        context=doc.context,  # type: ignore[arg-type]  # checked by Session
     )

@@ -22,10 +22,9 @@ KEEP = 0.25
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """The plan for one prompt: the first kept turn and how many messages were left out."""
+    """The plan for one prompt: the first kept turn, and whether the prompt fits the budget."""
 
     first_turn: int
-    dropped_messages: int
     fits: bool  # False: even the newest turn alone does not fit the budget
 
 
@@ -40,8 +39,9 @@ def turn_starts(roles: Sequence[str]) -> list[int]:
 def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP) -> Window:
     """Replay the cuts over turns of `turn_sizes` tokens (the last one is the turn being answered).
 
-    `fixed`: tokens always in the prompt (system, pinned messages, the generation prompt); `budget`: the
-    tokens the prompt may take (the context less the room for the reply). Returns the first kept turn.
+    `fixed`: tokens always in the prompt (the system message; the generation prompt is counted in the last
+    turn); `budget`: the tokens the prompt may take (the context less the room for the reply). Each turn
+    that makes the kept turns overflow cuts them down to `keep * budget` (never dropping that turn itself).
     """
     first, total = 0, 0
     for i, size in enumerate(turn_sizes):
@@ -53,4 +53,4 @@ def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP)
             total -= turn_sizes[first]
             first += 1
     fits = not turn_sizes or fixed + total <= budget
-    return Window(first, 0, fits)
+    return Window(first, fits)
