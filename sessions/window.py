@@ -52,5 +52,5 @@ def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP)
         while first < i and fixed + total > target:
             total -= turn_sizes[first]
             first += 1
-    fits = not turn_sizes or fixed + total <= budget
+    fits = fixed + total <= budget
     return Window(first, fits)
