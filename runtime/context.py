@@ -11,7 +11,10 @@
 
 The plan needs each message's size in tokens: they come from the renders (`SlotBackend.prepare` gives
 every message's start), measured once per message when it is new (so the cuts are a function of the
-history) and kept per session in a bounded LRU, validated by comparing the message prefix.
+history) and kept per session in a bounded LRU. An entry is validated by comparing the system message and
+the messages the last prompt kept; the dropped messages are not compared again (they only decide where
+later cuts fall, never what a prompt holds: a prompt is rendered from the messages and checked against
+the context).
 """
 
 from __future__ import annotations
@@ -21,11 +24,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from caches.tokens import lcp
 from runtime.backend import SlotBackend
 from runtime.chat_template import RenderedChat
 from runtime.errors import ContextOverflow
-from runtime.prompt import MAX_SESSIONS, digest
+from runtime.prompt import MAX_SESSIONS, common_prefix
 from sessions.log import get_logger
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
 from sessions.window import KEEP, plan, turn_starts
@@ -58,7 +60,8 @@ class Prompt:
 
 @dataclass
 class _Sizes:
-    digests: list[int]  # of the messages measured
+    head: list[Msg]  # the system message (if any)
+    kept: list[Msg]  # the messages the last prompt kept, from `first` on
     sizes: list[int]  # tokens of each message; the last one's includes the generation prompt (provisional)
     first: int  # the first message after the system message that the last prompt kept
 
@@ -93,12 +96,12 @@ class ContextWindow:
         room = room_for(n_ctx, max_tokens)
         budget = n_ctx - room
         head = 1 if msgs and msgs[0]["role"] == "system" else 0
-        digests = [digest(m) for m in msgs]
         entry = self._entries.pop(key, None) if key is not None else None
         known: list[int] = []
         first = head
-        if entry is not None:
-            k = min(lcp(entry.digests, digests), len(entry.digests) - 1)  # messages with final sizes
+        if entry is not None and entry.head == msgs[:head] and len(msgs) > entry.first:
+            same = entry.first + common_prefix(entry.kept, msgs[entry.first :])
+            k = min(same, len(entry.sizes) - 1)  # messages with final sizes
             if entry.first <= k:
                 known, first = entry.sizes[:k], entry.first
         rendered = backend.prepare([*msgs[:head], *msgs[first:]], key)
@@ -134,7 +137,7 @@ class ContextWindow:
             kept = starts[turn]
             log.info("context.estimate_off", prompt=len(rendered.tokens), budget=budget)
         if key is not None:
-            self._entries[key] = _Sizes(digests, sizes, kept)
+            self._entries[key] = _Sizes(msgs[:head], msgs[kept:], sizes, kept)
             while len(self._entries) > self.max_sessions:
                 self._entries.popitem(last=False)
         return Prompt(rendered, kept - head)

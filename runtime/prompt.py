@@ -10,55 +10,75 @@ where tokenization restarts). Message starts (the slot's checkpoint boundaries) 
 render finds them, by the common prefix of the tokens of the chat up to each message, but only over the
 new part.
 
-Each kept state is checked against a full render (text, tokens, message starts) at its extensions until
-one whose context left messages out (the first turns of a conversation); a template for which they differ is rendered in full from then on (`prompt.incremental_off`).
-A render that breaks a stability assumption on the way (an earlier message's text changed) falls back to
-a full render for that call. The cache is a bounded LRU over sessions, validated on every call by
-comparing the message prefix (any change of the history invalidates what follows it).
+Each new state is checked against a full render (text, tokens, message starts) at its extensions until one
+whose context left messages out (the first turns of a conversation, so the check is cheap); a template for
+which they differ is rendered in full from then on (`prompt.incremental_off`). A render that breaks a
+stability assumption on the way (an earlier message's text changed) falls back to a full render for that
+call. The cache is a bounded LRU over sessions (`session_id` keys), validated on every call by comparing
+the message prefix: any change of the history invalidates what follows it. A state keeps the messages of
+the prompt it rendered, so its size is bounded by the context.
 """
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from caches.tokens import lcp
 from runtime.chat_template import ChatTemplate, RenderedChat
 from sessions.log import get_logger
 
-__all__ = ["MAX_SESSIONS", "PromptRenderer", "digest", "turn_bounds"]
+__all__ = ["MAX_SESSIONS", "PromptRenderer", "common_prefix"]
 
 log = get_logger(__name__)
 
 MAX_SESSIONS = 128
-"""Sessions whose rendered prompt is kept (a state holds 4 bytes per token plus the text)."""
+"""Sessions whose rendered prompt is kept (a state holds the prompt's messages, 4 bytes per token, its text)."""
 
 Msg = Mapping[str, Any]
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> tokens
 
 
-def digest(message: Msg) -> int:
-    """A digest of one message (its every field), to compare histories without keeping them."""
-    return hash(msgspec.msgpack.encode(message))
+def common_prefix(a: Sequence[Msg], b: Sequence[Msg]) -> int:
+    """How many messages `a` and `b` share from the start."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i
 
 
-def turn_bounds(roles: Sequence[str]) -> tuple[int, list[int]]:
-    """(end of the first turn, index of every user message); a turn starts at a user message."""
-    users = [i for i, r in enumerate(roles) if r == "user"]
-    return (users[1] if len(users) > 1 else len(roles)), users
+@dataclass
+class _Chat:
+    """The messages to render, with their roles and where their turns start (computed once per call)."""
+
+    msgs: list[Msg]
+    roles: list[str]
+    users: list[int]
+
+    def first_end(self, end: int) -> int:
+        """Where the first turn of msgs[:end] ends (the second user message)."""
+        return self.users[1] if len(self.users) > 1 and self.users[1] < end else end
+
+    def turn_of(self, i: int) -> int:
+        """The first message of the turn that message i belongs to."""
+        k = bisect_right(self.users, i)
+        return self.users[k - 1] if k else 0
 
 
 @dataclass
 class _State:
     """A rendered message list: where each message starts, and the text and tokens before the last one."""
 
-    digests: list[int]
+    msgs: list[Msg]  # the messages (their number is bounded by the context the prompt fits in)
     roles: list[str]
+    users: list[int]
     starts: list[int]  # token index where each message starts
     char_starts: list[int]  # text index where each message starts (-1: not a resume point)
     text: str  # the text before the last message
@@ -70,7 +90,7 @@ class _State:
 class _Step:
     """One extension of a state by `new` messages, and the prompt it makes."""
 
-    state: _State
+    state: _State | None
     rendered: RenderedChat
 
 
@@ -101,12 +121,20 @@ class PromptRenderer:
             if not spans:
                 return self.template.render(msgs, spans=False)  # type: ignore[arg-type]
             return self._full(msgs, gen=True)[1]
-        digests = [digest(m) for m in msgs]
         state = self._states.pop(key, None) if key is not None else None
-        step = self._resume(state, msgs, digests) if state is not None else None
+        same = common_prefix(state.msgs, msgs) if state is not None else 0
+        if state is not None and same:
+            roles = [*state.roles[:same], *(str(m["role"]) for m in msgs[same:])]
+            users = state.users[: bisect_left(state.users, same)]
+            users += [i for i in range(same, len(msgs)) if roles[i] == "user"]
+        else:
+            roles = [str(m["role"]) for m in msgs]
+            users = [i for i, r in enumerate(roles) if r == "user"]
+        chat = _Chat(msgs, roles, users)
+        step = self._resume(state, chat, same) if state is not None else None
         if step is None:
-            step = self._build(msgs, digests)
-        if key is not None and step.state.digests and self.incremental:
+            step = self._build(chat)
+        if key is not None and step.state is not None and self.incremental:
             self._states[key] = step.state
             while len(self._states) > self.max_sessions:
                 self._states.popitem(last=False)
@@ -135,8 +163,9 @@ class PromptRenderer:
         chars = [-1] * len(msgs)
         chars[-1] = len(before)
         state = _State(
-            digests=[digest(m) for m in msgs],
+            msgs=list(msgs),
             roles=roles,
+            users=[i for i, r in enumerate(roles) if r == "user"],
             starts=starts,
             char_starts=chars,
             text=before,
@@ -146,63 +175,57 @@ class PromptRenderer:
 
     # --- incremental renders ---------------------------------------------------------------------------
 
-    def _resume(self, state: _State, msgs: list[Msg], digests: list[int]) -> _Step | None:
-        """Extend `state` (or an earlier resume point of it) to `msgs`; None when it cannot be resumed."""
-        same = lcp(state.digests, digests)
-        q = min(same, len(state.digests), len(msgs)) - 1
+    def _resume(self, state: _State, chat: _Chat, same: int) -> _Step | None:
+        """Extend `state` (or an earlier resume point of it) to the chat; None when it cannot be resumed."""
+        q = min(same, len(state.msgs), len(chat.msgs)) - 1
         while q >= 0 and state.char_starts[q] < 0:
             q -= 1
         if q < 0:
             return None
-        if q < len(state.digests) - 1:  # an earlier resume point: cut the state back to it
+        if q < len(state.msgs) - 1:  # an earlier resume point: cut the state back to it
             state = _State(
-                digests=state.digests[: q + 1],
+                msgs=state.msgs[: q + 1],
                 roles=state.roles[: q + 1],
+                users=state.users[: bisect_right(state.users, q)],
                 starts=state.starts[: q + 1],
                 char_starts=state.char_starts[: q + 1],
                 text=state.text[: state.char_starts[q]],
                 tokens=state.tokens[: state.starts[q]],
                 verified=state.verified,
             )
-        return self._advance(state, msgs, digests)
+        return self._advance(state, chat)
 
-    def _build(self, msgs: list[Msg], digests: list[int]) -> _Step:
+    def _build(self, chat: _Chat) -> _Step:
         """A state from nothing: the first turn in full, then the rest a turn at a time."""
-        first_end, _ = turn_bounds([str(m["role"]) for m in msgs])
-        if first_end >= len(msgs):
-            state, rendered = self._full(msgs, gen=True)
-            return _Step(state, rendered) if state is not None else _Step(_dead(), rendered)
-        state, _ = self._full(msgs[:first_end], gen=False)
-        if state is None:
-            return _Step(_dead(), self._full(msgs, gen=True)[1])
-        step = self._advance(state, msgs, digests)
-        return step if step is not None else _Step(_dead(), self._full(msgs, gen=True)[1])
+        first_end = chat.first_end(len(chat.msgs))
+        if first_end >= len(chat.msgs):
+            state, rendered = self._full(chat.msgs, gen=True)
+            return _Step(state, rendered)
+        state, _ = self._full(chat.msgs[:first_end], gen=False)
+        step = self._advance(state, chat) if state is not None else None
+        return step if step is not None else _Step(None, self._full(chat.msgs, gen=True)[1])
 
-    def _advance(self, state: _State, msgs: list[Msg], digests: list[int]) -> _Step | None:
-        """Extend a state whose messages are a prefix of `msgs`, a turn at a time, to all of `msgs`."""
-        _, users = turn_bounds([str(m["role"]) for m in msgs])
-        n = len(state.digests)
-        if n == len(msgs):  # nothing new (a regenerate): resume at the last message, rendering it again
-            return self._extend(state, msgs, digests, len(msgs), gen=True)
+    def _advance(self, state: _State, chat: _Chat) -> _Step | None:
+        """Extend a state whose messages are a prefix of the chat's, a turn at a time, to all of them."""
+        n, total = len(state.msgs), len(chat.msgs)
+        if n == total:  # nothing new (a regenerate): resume at the last message, rendering it again
+            return self._extend(state, chat, total, gen=True)
         while True:
-            after = [u for u in users if u > n]
-            nxt = after[1] if len(after) > 1 else len(msgs)  # a chunk: the rest of a turn and the next turn
-            gen = nxt == len(msgs)
-            step = self._extend(state, msgs, digests, nxt, gen=gen)
-            if step is None:
-                return None
-            if gen:
+            k = bisect_right(chat.users, n)
+            nxt = chat.users[k + 1] if k + 1 < len(chat.users) else total  # the rest of a turn and the next
+            gen = nxt == total
+            step = self._extend(state, chat, nxt, gen=gen)
+            if step is None or gen:
                 return step
-            if not step.state.digests:
+            if step.state is None:
                 return None
             state, n = step.state, nxt
 
-    def _extend(self, state: _State, msgs: list[Msg], digests: list[int], end: int, *, gen: bool) -> _Step | None:
+    def _extend(self, state: _State, chat: _Chat, end: int, *, gen: bool) -> _Step | None:
         """Render msgs[q+1:end] after the state's last message q (rendering q again); None if unstable."""
-        q = len(state.digests) - 1
-        roles = [str(m["role"]) for m in msgs[:end]]
-        first_end, users = turn_bounds(roles)
-        turn = max((u for u in users if u <= q), default=0)
+        msgs = chat.msgs
+        q = len(state.msgs) - 1
+        first_end, turn = chat.first_end(end), chat.turn_of(q)
         skips = turn > first_end  # the context leaves out messages: what the check must see once
         ctx = [*msgs[:first_end], *msgs[turn : q + 1]] if skips else msgs[: q + 1]
         new = msgs[q + 1 : end]
@@ -218,27 +241,23 @@ class PromptRenderer:
         toks = self._tokenize(final[cut:], special)
         starts = state.starts[: q + 1]
         chars = state.char_starts[: q + 1]
-        part: list[int] = []
         for t in prefixes:
             part = self._tokenize(t[cut:], special)
             starts.append(base_tok + lcp(part, toks))
-            chars.append(base_char + len(t) - cut if final.startswith(t) and starts[-1] - base_tok == len(part) else -1)
+            clean = final.startswith(t) and starts[-1] - base_tok == len(part)
+            chars.append(base_char + len(t) - cut if clean else -1)
         self.extensions += 1
         text = state.text[:base_char] + final[cut:]
         tokens = state.tokens[:base_tok]
-        prompt = tokens.tolist() + toks
-        rendered = RenderedChat(
-            text=text, tokens=prompt, message_starts=starts, roles=[*state.roles[: q + 1], *roles[q + 1 :]]
-        )
-        last = starts[-1] if new else base_tok
-        last_char = chars[-1] if new else base_char
-        if last_char < 0:  # the last message is no resume point: keep no state (the next call renders in full)
-            nxt = _dead()
-        else:
-            tokens.extend(toks[: last - base_tok])
+        rendered = RenderedChat(text=text, tokens=tokens.tolist() + toks, message_starts=starts, roles=chat.roles[:end])
+        nxt: _State | None = None
+        last_char = chars[-1]
+        if last_char >= 0:  # else the last message is no resume point: the next call renders in full
+            tokens.extend(toks[: starts[-1] - base_tok])
             nxt = _State(
-                digests=digests[:end],
+                msgs=msgs[:end],
                 roles=rendered.roles,
+                users=chat.users[: bisect_left(chat.users, end)],
                 starts=starts,
                 char_starts=chars,
                 text=text[:last_char],
@@ -251,11 +270,7 @@ class PromptRenderer:
                 self.incremental = False
                 self._states.clear()
                 log.warning("prompt.incremental_off", messages=end, reason="differs from a full render")
-                return _Step(_dead(), full)
-            nxt.verified = skips
+                return _Step(None, full)
+            if nxt is not None:
+                nxt.verified = skips
         return _Step(nxt, rendered)
-
-
-def _dead() -> _State:
-    """A state that resumes nothing (the next call renders in full)."""
-    return _State(digests=[], roles=[], starts=[], char_starts=[], text="", tokens=array("i"))

@@ -27,10 +27,10 @@ class Recorder:
     """Wraps a LlamaBackend's `prepare` to keep what each turn was rendered from and to."""
 
     def __init__(self, rt: Runtime) -> None:
-        self.backend: Any = rt.backend
-        self._prepare = self.backend.prepare
+        self.backend = rt.backend
+        self._prepare = rt.backend.prepare
         self.calls: list[tuple[str | None, list[dict[str, Any]], RenderedChat]] = []
-        self.backend.prepare = self
+        setattr(self.backend, "prepare", self)  # noqa: B010  # an instance attribute shadows the method
 
     def __call__(self, messages: Sequence[dict[str, Any]], session_id: str | None = None, **kw: Any) -> RenderedChat:
         rendered: RenderedChat = self._prepare(messages, session_id, **kw)
@@ -44,7 +44,7 @@ class Recorder:
         _, messages, rendered = next(c for c in reversed(self.calls) if c[0] == sid)
         head = 1 if stored[0]["role"] == "system" else 0
         assert messages == [*stored[:head], *stored[head + reply.usage.dropped_messages : -1]]
-        full = self.backend.engine.template.render(messages, spans=True)
+        full = self.backend.engine.template.render(messages, spans=True)  # type: ignore[attr-defined]
         assert (rendered.text, rendered.tokens, rendered.message_starts) == (
             full.text,
             full.tokens,

@@ -1,0 +1,174 @@
+"""`python -m benchmarks long-conversation`: one conversation far longer than the context, at a flat cost.
+
+(a) `window`: a conversation of `--turns` turns (default 300) on SmolLM2 with n_ctx 2048, context="window",
+greedy 32-token replies (ignore_eos). For each keep fraction (`--keeps`, the share of the budget a cut
+keeps) and for the naive policy (keep 1.0: drop just enough turns, every turn), the prefill per turn is
+compared with the ideal: what an unbounded context with a perfect cache would prefill, i.e. the tokens of
+the full, unwindowed prompt that the previous full prompt plus its generated tokens do not hold (at least
+one). `ratio` = total prefilled / total ideal. The naive policy re-prefills nearly the whole window every
+turn once the window is full, so it runs `--naive-turns` turns only.
+
+(b) `render`: render + tokenize time of one turn (the history plus a reply and a new user message) at 10,
+100 and 1,000 messages: the per-session incremental renderer (`runtime.prompt.PromptRenderer`, state
+kept from the turn before) against a full render without message starts (what transformers did) and with
+them (what checkpoint models did: every prefix tokenized). Median of `--reps` runs.
+
+    python -m benchmarks long-conversation [--turns 300] [--naive-turns 80] [--keeps 0.125,0.25,0.5]
+                                           [--sizes 10,100,1000] [--reps 20] [--threads 2] [--parts window,render]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import anyio
+
+from benchmarks import _workload as w
+from runtime import Runtime
+from runtime.engine import Engine, EngineConfig
+from runtime.models import default_model_path
+from runtime.prompt import PromptRenderer
+
+WINDOW_COLUMNS = [
+    "policy",
+    "keep",
+    "turns",
+    "cuts",
+    "prefilled_per_turn",
+    "ideal_per_turn",
+    "ratio",
+    "prompt_mean",
+    "prefill_s_per_turn",
+    "total_s",
+]
+RENDER_COLUMNS = ["messages", "path", "ms_per_turn", "vs_10"]
+N_CTX = 2048
+MAX_TOKENS = 32
+SYSTEM = "You are a helpful assistant. Answer briefly."
+
+
+def user_message(t: int) -> str:
+    topics = ["the sea", "the moon", "a cat", "trees", "ships", "the sun", "stars", "code"]
+    return f"Turn {t}: tell me one short fact about {topics[t % len(topics)]}, and why it matters."
+
+
+async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict[str, Any]:
+    gen = {"max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True}
+    async with Runtime.open(model, n_ctx=N_CTX, n_threads=threads, cache_ram_mib=256) as rt:
+        rt._turns.window.keep = keep  # the naive policy and other keep fractions, for comparison only
+        backend: Any = rt.backend
+        tpl = backend.engine.template
+        await rt.create_session("w", system=SYSTEM, context="window")
+        prefilled = ideal = prompt_total = cuts = 0
+        prefill_s = 0.0
+        prev_full: list[int] = []
+        prev_dropped = 0
+        t0 = time.perf_counter()
+        for t in range(turns):
+            session = await rt.get_session("w")
+            full = tpl.render([*session.chat_messages(), {"role": "user", "content": user_message(t)}], spans=False)
+            r = await rt.chat("w", user_message(t), **gen)
+            held = prev_full
+            n = len(full.tokens)
+            ideal += n - min(w.lcp(held, full.tokens), n - 1)
+            prev_full = [*full.tokens, *backend.slot.tokens[r.usage.prompt_tokens :]]
+            prefilled += r.usage.prefilled_tokens
+            prompt_total += r.usage.prompt_tokens
+            prefill_s += r.timings.prefill
+            cuts += r.usage.dropped_messages != prev_dropped
+            prev_dropped = r.usage.dropped_messages
+            if (t + 1) % 50 == 0:
+                w.progress(f"keep {keep}: turn {t + 1}/{turns}, ratio so far {prefilled / max(ideal, 1):.2f}")
+        total = time.perf_counter() - t0
+    return {
+        "policy": "naive (drop one turn)" if keep >= 1.0 else "window",
+        "keep": keep,
+        "turns": turns,
+        "cuts": cuts,
+        "prefilled_per_turn": prefilled / turns,
+        "ideal_per_turn": ideal / turns,
+        "ratio": prefilled / max(ideal, 1),
+        "prompt_mean": prompt_total / turns,
+        "prefill_s_per_turn": prefill_s / turns,
+        "total_s": total,
+    }
+
+
+def _conversation(n: int) -> list[dict[str, str]]:
+    msgs = [{"role": "system", "content": SYSTEM}]
+    for t in range(n):
+        msgs.append({"role": "user", "content": user_message(t)})
+        msgs.append({"role": "assistant", "content": f"Here is fact number {t}: it matters because it is true. ✓"})
+    return msgs
+
+
+def _median_ms(fn: Any, reps: int, before: Any = None) -> float:
+    times = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def render_rows(model: str, sizes: list[int], reps: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with Engine(model, EngineConfig(n_ctx=512, n_threads=1)) as eng:
+        tpl = eng.template
+        msgs = _conversation(max(sizes) // 2 + 2)
+        for n in sizes:
+            cur = msgs[: n + 1]  # the system message, n - 1 history messages and the new user message
+            if cur[-1]["role"] != "user":
+                cur = msgs[: n + 2]
+            prev = cur[:-2]
+            r = PromptRenderer(tpl, lambda text, special: eng.tokenize(text, add_special=special))
+            r.render(prev, "s")
+            assert r.render(cur, "s").tokens == tpl.render(cur, spans=False).tokens
+            paths = {
+                "incremental (per-session cache)": _median_ms(
+                    lambda r=r, cur=cur: r.render(cur, "s"), reps, lambda r=r, prev=prev: r.render(prev, "s")
+                ),
+                "full render, no starts": _median_ms(lambda cur=cur: tpl.render(cur, spans=False), max(3, reps // 4)),
+                "full render + starts": _median_ms(
+                    lambda cur=cur: tpl.render(cur, spans=True), 1 if len(cur) > 200 else max(3, reps // 4)
+                ),
+            }
+            for path, ms in paths.items():
+                rows.append({"messages": len(cur), "path": path, "ms_per_turn": ms})
+            w.progress(f"render: {len(cur)} messages done")
+    base = {r["path"]: r["ms_per_turn"] for r in rows if r["messages"] == rows[0]["messages"]}
+    for row in rows:
+        row["vs_10"] = row["ms_per_turn"] / base[row["path"]]
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    ap = w.parser("long-conversation", __doc__)
+    ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--naive-turns", type=int, default=80, help="turns of the naive policy (0: skip it)")
+    ap.add_argument("--keeps", default="0.125,0.25,0.5", help="keep fractions of the window policy")
+    ap.add_argument("--sizes", default="10,100,1000", help="messages for the render timing")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--parts", default="window,render")
+    ap.add_argument("--out", default=None, metavar="DIR")
+    args = ap.parse_args(argv)
+    model = args.model or str(default_model_path())
+    parts = set(args.parts.split(","))
+    params = {"model": model, "n_ctx": N_CTX, "max_tokens": MAX_TOKENS, "threads": args.threads}
+    if "render" in parts:
+        rows = render_rows(model, [int(x) for x in args.sizes.split(",")], args.reps)
+        w.write(
+            "long-conversation-render", rows, params=params | {"reps": args.reps}, out=args.out, columns=RENDER_COLUMNS
+        )
+    if "window" in parts:
+        runs = [(float(k), args.turns) for k in args.keeps.split(",")]
+        if args.naive_turns:
+            runs.append((1.0, args.naive_turns))
+        rows = [anyio.run(_window_run, model, keep, turns, args.threads) for keep, turns in runs]
+        w.write("long-conversation", rows, params=params, out=args.out, columns=WINDOW_COLUMNS)
