@@ -117,7 +117,7 @@ class PromptRenderer:
         message starts, as `ChatTemplate.render` does.
         """
         msgs = list(messages)
-        if not msgs or not self.incremental:
+        if not msgs or not self.incremental or (key is None and not spans):
             if not spans:
                 return self.template.render(msgs, spans=False)  # type: ignore[arg-type]
             return self._full(msgs, gen=True)[1]

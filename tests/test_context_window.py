@@ -144,3 +144,20 @@ def test_the_policy_survives_export_and_import() -> None:
     assert history.import_(history.export(plain)).context is None
     with pytest.raises(InvalidSession):
         history.import_('{"messages": [], "id": "x", "context": "shift"}')
+
+
+async def test_history_edits_give_the_window_of_the_edited_history() -> None:
+    async with scripted() as (rt, _backend):
+        await rt.create_session("w", system="S", context="window")
+        for t in range(10):
+            await rt.chat("w", f"q{t}", **GEN)
+        r = await rt.regenerate("w", **GEN)  # the same prompt again
+        assert (r.usage.dropped_messages, r.usage.prompt_tokens) == (18, 30)
+        await rt.undo("w")
+        r = await rt.chat("w", "q9", **GEN)
+        assert (r.usage.dropped_messages, r.usage.prompt_tokens) == (18, 30)
+        r = await rt.edit("w", 2, "q1", **GEN)  # an edit of a dropped message: the history is 2 turns again
+        assert (r.usage.dropped_messages, r.usage.prompt_tokens) == (0, 59)
+        r = await rt.chat("w", "q2", **GEN)
+        assert (r.usage.dropped_messages, r.usage.prompt_tokens) == (0, 88)
+        assert len((await rt.get_session("w")).messages) == 6

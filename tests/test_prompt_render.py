@@ -206,3 +206,12 @@ def test_an_empty_chat_renders_like_a_full_render(engines: dict[str, Engine]) ->
     eng = engines["tiny"]
     r = renderer(eng.template, eng)
     assert r.render([], "s") == eng.template.render([])
+
+
+def test_without_a_key_nothing_is_kept(engines: dict[str, Engine]) -> None:
+    eng = engines["smollm2"]
+    r = renderer(eng.template, eng)
+    msgs = [{"role": "system", "content": "S ✓"}, *conversation(random.Random(9), 8)][:-1]
+    same(r.render(msgs), eng.template.render(msgs))
+    assert r.render(msgs, spans=False).tokens == eng.template.render(msgs, spans=False).tokens
+    assert not r._states
