@@ -79,7 +79,7 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
             prefill_s += r.timings.prefill
             cuts += r.usage.dropped_messages != prev_dropped
             prev_dropped = r.usage.dropped_messages
-            if (t + 1) % 50 == 0:
+            if (t + 1) % 25 == 0:
                 w.progress(f"keep {keep}: turn {t + 1}/{turns}, ratio so far {prefilled / max(ideal, 1):.2f}")
         total = time.perf_counter() - t0
     return {
@@ -121,9 +121,8 @@ def render_rows(model: str, sizes: list[int], reps: int) -> list[dict[str, Any]]
         tpl = eng.template
         msgs = _conversation(max(sizes) // 2 + 2)
         for n in sizes:
-            cur = msgs[: n + 1]  # the system message, n - 1 history messages and the new user message
-            if cur[-1]["role"] != "user":
-                cur = msgs[: n + 2]
+            # n messages: the system message, the history and the new user message (n + 1 if n is odd)
+            cur = msgs[:n] if msgs[n - 1]["role"] == "user" else msgs[: n + 1]
             prev = cur[:-2]
             r = PromptRenderer(tpl, lambda text, special: eng.tokenize(text, add_special=special))
             r.render(prev, "s")
