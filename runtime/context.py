@@ -101,7 +101,7 @@ class ContextWindow:
         first = head
         if entry is not None and entry.head == msgs[:head] and len(msgs) > entry.first:
             same = entry.first + common_prefix(entry.kept, msgs[entry.first :])
-            k = min(same, len(entry.sizes) - 1)  # messages with final sizes
+            k = min(same, len(entry.sizes) - 1, len(msgs) - 1)  # messages with final sizes (not the last)
             if entry.first <= k:
                 known, first = entry.sizes[:k], entry.first
         rendered = backend.prepare([*msgs[:head], *msgs[first:]], key)
