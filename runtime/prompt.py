@@ -21,7 +21,6 @@ the prompt it rendered, so its size is bounded by the context.
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -36,8 +35,9 @@ __all__ = ["MAX_SESSIONS", "PromptRenderer", "common_prefix"]
 
 log = get_logger(__name__)
 
-MAX_SESSIONS = 128
-"""Sessions whose rendered prompt is kept (a state holds the prompt's messages, 4 bytes per token, its text)."""
+MAX_SESSIONS = 64
+"""Sessions whose rendered prompt is kept (a state holds the prompt's messages, its text and tokens: about
+40 bytes per token, kept as a list so that a prompt is a copy of pointers, not new ints)."""
 
 Msg = Mapping[str, Any]
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> tokens
@@ -82,7 +82,7 @@ class _State:
     starts: list[int]  # token index where each message starts
     char_starts: list[int]  # text index where each message starts (-1: not a resume point)
     text: str  # the text before the last message
-    tokens: array[int]  # the tokens before the last message
+    tokens: list[int]  # the tokens before the last message
     verified: bool = False
 
 
@@ -169,7 +169,7 @@ class PromptRenderer:
             starts=starts,
             char_starts=chars,
             text=before,
-            tokens=array("i", tokens[: starts[-1]]),
+            tokens=tokens[: starts[-1]],
         )
         return state, rendered
 
@@ -249,7 +249,7 @@ class PromptRenderer:
         self.extensions += 1
         text = state.text[:base_char] + final[cut:]
         tokens = state.tokens[:base_tok]
-        rendered = RenderedChat(text=text, tokens=tokens.tolist() + toks, message_starts=starts, roles=chat.roles[:end])
+        rendered = RenderedChat(text=text, tokens=tokens + toks, message_starts=starts, roles=chat.roles[:end])
         nxt: _State | None = None
         last_char = chars[-1]
         if last_char >= 0:  # else the last message is no resume point: the next call renders in full
