@@ -8,6 +8,11 @@ the full, unwindowed prompt that the previous full prompt plus its generated tok
 one). `ratio` = total prefilled / total ideal. The naive policy re-prefills nearly the whole window every
 turn once the window is full, so it runs `--naive-turns` turns only.
 
+(a') `plan`: the same conversation's token accounting without running the model (fast): replies are a
+fixed 32-token text, the prompts come from the real `ContextWindow` and renderer, and the prefill of a turn
+is what the slot computes for one conversation whose state stays in it (the prompt less its common prefix
+with the previous prompt + generated tokens, at least one). Used to choose the keep fraction.
+
 (b) `render`: render + tokenize time of one turn (the history plus a reply and a new user message) at 10,
 100 and 1,000 messages: the per-session incremental renderer (`runtime.prompt.PromptRenderer`, state
 kept from the turn before) against a full render without message starts (what transformers did) and with
@@ -16,7 +21,7 @@ the stable figure on a shared machine).
 
     python -m benchmarks long-conversation [--turns 300] [--naive-turns 80] [--keeps 0.125,0.25,0.5]
                                            [--sizes 10,100,1000] [--reps 20] [--starts-upto 1000] [--threads 2]
-                                           [--parts window,render]
+                                           [--parts plan,window,render]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import anyio
 
 from benchmarks import _workload as w
 from runtime import Runtime
+from runtime.context import ContextWindow
 from runtime.engine import Engine, EngineConfig
 from runtime.models import default_model_path
 from runtime.prompt import PromptRenderer
@@ -98,6 +104,56 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
     }
 
 
+class _RenderOnly:
+    """A stand-in for the slot backend that only renders (the `plan` part)."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.n_ctx = N_CTX
+        self.prompts = PromptRenderer(eng.template, lambda text, special: eng.tokenize(text, add_special=special))
+
+    def prepare(self, messages: Any, session_id: str | None = None, *, spans: bool = True) -> Any:
+        return self.prompts.render(messages, session_id)
+
+
+def plan_rows(model: str, keeps: list[float], turns: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with Engine(model, EngineConfig(n_ctx=512, n_threads=1)) as eng:
+        gen = eng.tokenize("The sea is vast and deep, and it covers most of our planet. " * 3, add_special=False)
+        gen = gen[:MAX_TOKENS]
+        reply = eng.detokenize(gen)
+        for keep in keeps:
+            window, backend = ContextWindow(keep=keep), _RenderOnly(eng)
+            msgs: list[dict[str, str]] = [{"role": "system", "content": SYSTEM}]
+            slot: list[int] = []
+            held: list[int] = []
+            prefilled = ideal = prompt_total = cuts = dropped = 0
+            for t in range(turns):
+                msgs.append({"role": "user", "content": user_message(t)})
+                p = window.prepare(backend, "s", msgs, "window", MAX_TOKENS)  # type: ignore[arg-type]
+                prompt = p.rendered.tokens
+                prefilled += len(prompt) - min(w.lcp(slot, prompt), len(prompt) - 1)
+                full = eng.template.render(msgs, spans=False).tokens
+                ideal += len(full) - min(w.lcp(held, full), len(full) - 1)
+                slot, held = [*prompt, *gen[:-1]], [*full, *gen[:-1]]
+                cuts += p.dropped != dropped
+                dropped = p.dropped
+                prompt_total += len(prompt)
+                msgs.append({"role": "assistant", "content": reply})
+            rows.append(
+                {
+                    "policy": "naive (drop one turn)" if keep >= 1.0 else "window",
+                    "keep": keep,
+                    "turns": turns,
+                    "cuts": cuts,
+                    "prefilled_per_turn": prefilled / turns,
+                    "ideal_per_turn": ideal / turns,
+                    "ratio": prefilled / max(ideal, 1),
+                    "prompt_mean": prompt_total / turns,
+                }
+            )
+    return rows
+
+
 def _conversation(n: int) -> list[dict[str, str]]:
     msgs = [{"role": "system", "content": SYSTEM}]
     for t in range(n):
@@ -159,7 +215,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--starts-upto", type=int, default=1000, help="largest size timed for the full render + starts")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
-    ap.add_argument("--parts", default="window,render")
+    ap.add_argument("--parts", default="plan,window,render")
     ap.add_argument("--out", default=None, metavar="DIR")
     args = ap.parse_args(argv)
     model = args.model or str(default_model_path())
@@ -170,6 +226,10 @@ def main(argv: list[str]) -> None:
         w.write(
             "long-conversation-render", rows, params=params | {"reps": args.reps}, out=args.out, columns=RENDER_COLUMNS
         )
+    if "plan" in parts:
+        keeps = [float(k) for k in args.keeps.split(",")] + [1.0]
+        rows = plan_rows(model, keeps, args.turns)
+        w.write("long-conversation-plan", rows, params=params, out=args.out, columns=WINDOW_COLUMNS[:-2])
     if "window" in parts:
         runs = [(float(k), args.turns) for k in args.keeps.split(",")]
         if args.naive_turns:

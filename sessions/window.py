@@ -3,8 +3,8 @@
 A conversation is split into turns: a turn starts at a user message and holds every message up to the
 next one (the reply, tool calls and their results), so a turn is never split. The system message (and
 messages marked `pinned`) are always kept. With the "window" policy, the prompt keeps the newest turns
-that fit; when they stop fitting, the oldest turns are dropped in one large step, down to `keep` of the
-budget, so that the following turns extend a cached prefix again until the window fills once more. The
+that fit; when they stop fitting, the oldest turns are dropped in one large step, until the turns before
+the newest one fill at most `keep` of the budget, so that the following turns extend a cached prefix again until the window fills once more. The
 cut is a function of the history alone (replayed from the first turn), so every turn of a conversation,
 before and after a restart, sees the same cut points.
 """
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 __all__ = ["KEEP", "Window", "plan", "turn_starts"]
 
 KEEP = 0.25
-"""After a cut the kept turns fill at most this fraction of the budget (chosen by the long-context benchmark)."""
+"""After a cut the kept turns before the newest fill at most this fraction of the budget (chosen by the
+long-conversation benchmark)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +42,19 @@ def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP)
 
     `fixed`: tokens always in the prompt (the system message; the generation prompt is counted in the last
     turn); `budget`: the tokens the prompt may take (the context less the room for the reply). Each turn
-    that makes the kept turns overflow cuts them down to `keep * budget` (never dropping that turn itself).
+    that makes the kept turns overflow cuts the turns before it down to `keep * budget` (never dropping that
+turn itself).
     """
     first, total = 0, 0
     for i, size in enumerate(turn_sizes):
         total += size
         if fixed + total <= budget:
             continue
-        target = keep * budget
-        while first < i and fixed + total > target:
+        # the turns before this one are cut down to `keep` of the budget (less, if this turn needs the room);
+        # the amount does not depend on this turn's size, which grows once it is answered: a turn replayed
+        # with its reply makes the same cut it made when it was asked
+        target = min(keep * budget, budget - size)
+        while first < i and fixed + total - size > target:
             total -= turn_sizes[first]
             first += 1
     fits = fixed + total <= budget

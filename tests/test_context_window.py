@@ -27,15 +27,23 @@ def test_turns_start_at_user_messages() -> None:
 
 
 def test_plan_cuts_in_one_step_down_to_keep() -> None:
-    # budget 100, fixed 10: turns of 20 fit until the 5th (10 + 5 * 20 = 110 > 100), which cuts down to
-    # 10 + 20 * k <= 50: the two newest turns
+    # budget 100, fixed 10: turns of 20 fit until the 5th (10 + 5 * 20 = 110 > 100), which cuts the turns
+    # before it down to 10 + 20 * k <= 50: it keeps the two turns before it
     assert plan([20] * 4, 10, 100, keep=0.5).first_turn == 0
     w = plan([20] * 5, 10, 100, keep=0.5)
-    assert (w.first_turn, w.fits) == (3, True)
+    assert (w.first_turn, w.fits) == (2, True)
     # the next turns extend the window until it overflows again
-    assert [plan([20] * n, 10, 100, keep=0.5).first_turn for n in range(5, 11)] == [3, 3, 3, 6, 6, 6]
+    assert [plan([20] * n, 10, 100, keep=0.5).first_turn for n in range(5, 11)] == [2, 2, 4, 4, 6, 6]
     # keep=1.0 is the naive policy: drop just enough, every turn
     assert [plan([20] * n, 10, 100, keep=1.0).first_turn for n in range(5, 9)] == [1, 2, 3, 4]
+
+
+def test_a_turn_answered_makes_the_same_cut_it_made_when_asked() -> None:
+    """The current turn is counted without its reply; replayed later, with it, the cut must not move."""
+    asked = plan([30, 30, 30, 10], 10, 100, keep=0.5)  # 10 + 100 > 100: cut the turns before to <= 50
+    assert asked.first_turn == 2
+    answered = plan([30, 30, 30, 25, 10], 10, 100, keep=0.5)  # the same turn with its reply, then a new one
+    assert answered.first_turn == 2  # (counting the reply in the cut would drop one more turn: a second cut)
 
 
 def test_plan_never_drops_the_turn_being_answered() -> None:
