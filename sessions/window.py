@@ -1,12 +1,12 @@
 """The context window: which messages of a long conversation make the prompt. Pure functions, no model.
 
 A conversation is split into turns: a turn starts at a user message and holds every message up to the
-next one (the reply, tool calls and their results), so a turn is never split. The system message (and
-messages marked `pinned`) are always kept. With the "window" policy, the prompt keeps the newest turns
+next one (the reply, tool calls and their results), so a turn is never split. The system message is always
+kept (pinned messages are not implemented yet). With the "window" policy, the prompt keeps the newest turns
 that fit; when they stop fitting, the oldest turns are dropped in one large step, until the turns before
-the newest one fill at most `keep` of the budget, so that the following turns extend a cached prefix again until the window fills once more. The
-cut is a function of the history alone (replayed from the first turn), so every turn of a conversation,
-before and after a restart, sees the same cut points.
+the newest one fill at most `keep` of the budget, so that the following turns extend a cached prefix again
+until the window fills once more. The cut is a function of the message sizes alone (replayed from the
+first turn), so every turn of a conversation, before and after a restart, sees the same cut points.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP)
 
     `fixed`: tokens always in the prompt (the system message; the generation prompt is counted in the last
     turn); `budget`: the tokens the prompt may take (the context less the room for the reply). Each turn
-    that makes the kept turns overflow cuts the turns before it down to `keep * budget` (never dropping that
-turn itself).
+    that makes the kept turns overflow cuts the turns before it down to `keep * budget` (never dropping
+    that turn itself).
     """
     first, total = 0, 0
     for i, size in enumerate(turn_sizes):
