@@ -19,7 +19,7 @@ kept from the turn before) against a full render without message starts (what tr
 them (what checkpoint models did: every prefix tokenized). Min and median of `--reps` runs (the min is
 the stable figure on a shared machine).
 
-    python -m benchmarks long-conversation [--turns 300] [--naive-turns 80] [--keeps 0.125,0.25,0.5]
+    python -m benchmarks long-conversation [--turns 300] [--naive-turns 80] [--keeps 0.125,0.2,0.25,0.5]
                                            [--sizes 10,100,1000] [--reps 20] [--starts-upto 1000] [--threads 2]
                                            [--parts plan,window,render]
 """
@@ -209,7 +209,7 @@ def main(argv: list[str]) -> None:
     ap = w.parser("long-conversation", __doc__)
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--naive-turns", type=int, default=80, help="turns of the naive policy (0: skip it)")
-    ap.add_argument("--keeps", default="0.125,0.25,0.5", help="keep fractions of the window policy")
+    ap.add_argument("--keeps", default="0.125,0.2,0.25,0.5", help="keep fractions of the window policy")
     ap.add_argument("--sizes", default="10,100,1000", help="messages for the render timing")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--starts-upto", type=int, default=1000, help="largest size timed for the full render + starts")

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 __all__ = ["KEEP", "Window", "plan", "turn_starts"]
 
-KEEP = 0.25
-"""After a cut the kept turns before the newest fill at most this fraction of the budget (chosen by the
-long-conversation benchmark)."""
+KEEP = 0.2
+"""After a cut the kept turns before the newest fill at most this fraction of the budget. Chosen by the
+long-conversation benchmark (SmolLM2, n_ctx 2048, 32-token replies, 300 turns, prefill / ideal prefill):
+0.125 -> 1.21, 0.2 -> 1.45, 0.25 -> 1.52, 0.5 -> 2.75, dropping one turn at a time -> 56: the largest
+fraction (the most context kept after a cut) within 1.5."""
 
 
 @dataclass(frozen=True, slots=True)
