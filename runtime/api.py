@@ -20,6 +20,7 @@ from caches.prompt_cache import default_limit_bytes
 from runtime import validate as v
 from runtime.backend import LlamaBackend, SlotBackend
 from runtime.constraints import Constraints
+from runtime.context import CONTEXT_POLICIES, ContextPolicy
 from runtime.engine import Engine, EngineConfig
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.models import default_model_path
@@ -63,13 +64,21 @@ class Runtime:
     """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`."""
 
     def __init__(
-        self, backend: SlotBackend, store: SessionStore, *, policy: str | Policy = "fifo", max_queued: int = 1024
+        self,
+        backend: SlotBackend,
+        store: SessionStore,
+        *,
+        policy: str | Policy = "fifo",
+        max_queued: int = 1024,
+        context: ContextPolicy = "error",
     ) -> None:
+        if context not in CONTEXT_POLICIES:
+            raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
         self.backend = backend
         self.store = store
         self.scheduler = Scheduler(policy=policy, max_queued=max_queued, affinity=self._affinity)
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
-        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread)
+        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, context)
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
 
@@ -89,6 +98,7 @@ class Runtime:
         max_queued: int = 1024,
         disk_limit_mib: int = 4096,
         cache_rules: CacheRules = "turnstile",
+        context: ContextPolicy = "error",
         **engine_options: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -98,6 +108,8 @@ class Runtime:
         llama-server's rule (8192 MiB, at most a quarter of available memory); 0: no RAM cache; -1: no limit.
         cache_rules "llama-server" follows its prompt cache exactly; "turnstile" (default) also keeps an entry
         that a load uses only in part, so one conversation never discards another's state.
+        context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
+        of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.context`).
         """
         unknown = set(engine_options) - _ENGINE_FIELDS
         if unknown:
@@ -109,6 +121,8 @@ class Runtime:
         if cache_rules not in ("turnstile", "llama-server"):
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
         make_policy(policy)
+        if context not in CONTEXT_POLICIES:
+            raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
         if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
         path = Path(model) if model is not None else default_model_path()
@@ -138,7 +152,7 @@ class Runtime:
             policy=policy,
         )
         backend = LlamaBackend(engine, slot, disk)
-        async with cls.serve(backend, store, policy=policy, max_queued=max_queued) as rt:
+        async with cls.serve(backend, store, policy=policy, max_queued=max_queued, context=context) as rt:
             yield rt
 
     @staticmethod
@@ -150,11 +164,17 @@ class Runtime:
     @classmethod
     @asynccontextmanager
     async def serve(
-        cls, backend: SlotBackend, store: SessionStore, *, policy: str | Policy = "fifo", max_queued: int = 1024
+        cls,
+        backend: SlotBackend,
+        store: SessionStore,
+        *,
+        policy: str | Policy = "fifo",
+        max_queued: int = 1024,
+        context: ContextPolicy = "error",
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
         for tests without a model); closes both on exit."""
-        rt = cls(backend, store, policy=policy, max_queued=max_queued)
+        rt = cls(backend, store, policy=policy, max_queued=max_queued, context=context)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:
@@ -199,16 +219,28 @@ class Runtime:
     # --- sessions ------------------------------------------------------------------------------------
 
     async def create_session(
-        self, session_id: str, *, system: str | None = None, metadata: dict[str, Any] | None = None, **sampling: Any
+        self,
+        session_id: str,
+        *,
+        system: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        context: ContextPolicy | None = None,
+        **sampling: Any,
     ) -> Session:
-        """Create a session with a system prompt and sampling defaults (SessionExists if it exists)."""
+        """Create a session with a system prompt and sampling defaults (SessionExists if it exists).
+
+        context: "error" or "window" (see `Runtime.open`); None follows the runtime's default.
+        """
         v.check_session_id(session_id)
         v.check_optional_text(system, "system")
         v.check_metadata(metadata)
+        if context is not None and context not in CONTEXT_POLICIES:
+            raise InvalidRequest(f"context must be None or one of {CONTEXT_POLICIES}, not {context!r}")
         s = Sampling().with_overrides(**sampling)
-        Session.new(session_id, system=system, sampling=s, metadata=metadata)  # every check, before queueing
+        Session.new(session_id, system=system, sampling=s, metadata=metadata, context=context)  # checks first
         return await self._op(
-            session_id, lambda: self.store.create(session_id, system=system, sampling=s, metadata=metadata)
+            session_id,
+            lambda: self.store.create(session_id, system=system, sampling=s, metadata=metadata, context=context),
         )
 
     async def get_session(self, session_id: str) -> Session:

@@ -6,7 +6,7 @@ llama.cpp implementation (`LlamaBackend`: an engine, its chat template, the slot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,6 +15,7 @@ import llama_cpp
 from caches.disk_tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.chat_template import RenderedChat
+from runtime.prompt import PromptRenderer
 from runtime.sampler import GrammarSpec, init_grammar
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
@@ -55,6 +56,7 @@ class SlotResult:
     t_prefill: float
     t_decode: float
     t_first_token: float | None  # seconds from start to the first generated token
+    dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
 
     @property
     def generated_tokens(self) -> int:
@@ -70,12 +72,16 @@ class SlotBackend(Protocol):
 
     def prepare(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None = None,
         *,
+        spans: bool = True,
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> RenderedChat:
-        """Render and tokenize a conversation (with the message starts the slot's checkpoints need)."""
+        """Render and tokenize a conversation with every message's start (`spans=False`: only if cheap, or
+        if the slot's checkpoints need them); `session_id` keeps the result for the session's next turn.
+        `tools` and `template_kwargs` go to the chat template (a turn that offers tools)."""
         ...
 
     def tool_format(self) -> ToolFormat:
@@ -122,18 +128,24 @@ class LlamaBackend:
         self.disk = disk
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
+        self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     def prepare(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None = None,
         *,
+        spans: bool = True,
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> RenderedChat:
-        rendered: RenderedChat = self.engine.render(
-            messages, spans=self.engine.needs_checkpoints, tools=tools, template_kwargs=template_kwargs
-        )
-        return rendered
+        spans = spans or self.engine.needs_checkpoints
+        if tools is not None or template_kwargs:  # the incremental renderer knows no template variables
+            rendered: RenderedChat = self.engine.render(
+                messages, spans=spans, tools=tools, template_kwargs=template_kwargs
+            )
+            return rendered
+        return self.prompts.render(messages, session_id, spans=spans)
 
     def tool_format(self) -> ToolFormat:
         fmt: ToolFormat = self.engine.template.tool_format()

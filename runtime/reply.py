@@ -17,6 +17,7 @@ class Usage(msgspec.Struct, frozen=True):
     cached_tokens: int
     prefilled_tokens: int
     generated_tokens: int  # an end-of-generation token included, as llama-server counts
+    dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
 
 
 class Timings(msgspec.Struct, frozen=True):

@@ -8,6 +8,7 @@ scheduler (`Job.undo`). A session used for the first time is created by its firs
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import structlog
 
 from runtime.backend import SlotBackend, SlotRequest, SlotResult
 from runtime.constraints import Constraints, Finished
+from runtime.context import ContextPolicy, ContextWindow
 from runtime.reply import Reply, Timings, Usage
 from runtime.scheduler import Job
 from runtime.stream import Pieces
@@ -53,8 +55,17 @@ class Turn:
 class TurnRunner:
     """Runs turns for the Runtime: store calls through `store_call`, slot work through `slot_call`."""
 
-    def __init__(self, backend: SlotBackend, store: SessionStore, store_call: StoreCall, slot_call: SlotCall) -> None:
+    def __init__(
+        self,
+        backend: SlotBackend,
+        store: SessionStore,
+        store_call: StoreCall,
+        slot_call: SlotCall,
+        context: ContextPolicy = "error",
+    ) -> None:
         self.backend = backend
+        self.context: ContextPolicy = context  # the policy of sessions that set none
+        self.window = ContextWindow()
         self.store = store
         self._store = store_call
         self._in_slot = slot_call
@@ -76,7 +87,11 @@ class TurnRunner:
                 pending = turn.conversation
                 if existed:  # the transcript is replaced; the session keeps its identity and settings
                     pending = msgspec.structs.replace(
-                        pending, created=session.created, sampling=session.sampling, metadata=session.metadata
+                        pending,
+                        created=session.created,
+                        sampling=session.sampling,
+                        metadata=session.metadata,
+                        context=session.context,
                     )
             elif turn.kind is RequestKind.CHAT and turn.tool_results is not None:
                 pending = history.append_tool_results(session, turn.tool_results)
@@ -92,7 +107,11 @@ class TurnRunner:
                 "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
             )
             pieces = turn.pieces if turn.constraints.streams_text else None
-            result: SlotResult = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces)
+            policy = pending.context or self.context
+            key = sid if turn.commit else None
+            result: SlotResult = await self._in_slot(
+                self._run_in_slot, job, pending, sampling, turn, pieces, policy, key
+            )
             if result.finish_reason == "cancelled" or job.cancelled:
                 return self._reply(job, result, session.revision)
             done = turn.constraints.finish(result.text, result.finish_reason)
@@ -141,17 +160,26 @@ class TurnRunner:
         return history.regenerate_base(session)
 
     def _run_in_slot(
-        self, job: Job, pending: Session, sampling: Sampling, turn: Turn, pieces: Pieces | None
+        self,
+        job: Job,
+        pending: Session,
+        sampling: Sampling,
+        turn: Turn,
+        pieces: Pieces | None,
+        context: ContextPolicy = "error",
+        key: str | None = None,
     ) -> SlotResult:
-        """Worker thread: render, tokenize, run the slot."""
+        """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
             messages = pending.chat_messages()
             tools = turn.constraints.tools
-            if tools is not None:
+            if tools is not None:  # tools: the whole history (the window does not cut turns that offer tools)
                 plan = tools.render_plan(messages)
                 rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=plan.kwargs)
+                dropped = 0
             else:
-                rendered = self.backend.prepare(messages)
+                prompt = self.window.prepare(self.backend, key, messages, context, sampling.max_tokens)
+                rendered, dropped = prompt.rendered, prompt.dropped
             first = [True]
 
             def on_piece(piece: str) -> None:
@@ -171,7 +199,7 @@ class TurnRunner:
                 session_id=job.session_id,
                 grammar=turn.constraints.grammar,
             )
-            result = self.backend.run(req)
+            result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             return result
@@ -190,6 +218,7 @@ class TurnRunner:
                 cached_tokens=r.cached_tokens,
                 prefilled_tokens=r.prefilled_tokens,
                 generated_tokens=r.generated_tokens,
+                dropped_messages=r.dropped_messages,
             ),
             cache_source=r.cache_source,
             timings=Timings(

@@ -29,7 +29,7 @@ from sessions.errors import (
     SessionNotFound,
 )
 from sessions.log import get_logger
-from sessions.model import Sampling, Session, check_session_id, validate
+from sessions.model import ContextPolicy, Sampling, Session, check_session_id, validate
 
 log = get_logger(__name__)
 
@@ -97,9 +97,12 @@ class StoreBase(ABC):
         system: str | None = None,
         sampling: Sampling | Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        context: ContextPolicy | None = None,
     ) -> Session:
         """Create a session at revision 0; `SessionExists` if the id is taken."""
-        session = Session.new(id, system=system, sampling=sampling, metadata=metadata, now=self._clock())
+        session = Session.new(
+            id, system=system, sampling=sampling, metadata=metadata, now=self._clock(), context=context
+        )
 
         def txn(records: Records) -> None:
             if records.contains(id):

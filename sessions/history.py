@@ -199,6 +199,7 @@ class _Document(msgspec.Struct):
     created: float | None = None
     updated: float | None = None
     revision: int = 0
+    context: str | None = None
 
 
 def _export_message(m: Message) -> dict[str, Any]:
@@ -233,6 +234,8 @@ def export(session: Session) -> str:
         "updated": session.updated,
         "revision": session.revision,
     }
+    if session.context is not None:
+        document["context"] = session.context
     return msgspec.json.encode(document).decode()
 
 
@@ -300,4 +303,5 @@ def import_(data: str | bytes, *, new_id: str | None = None, now: float | None =
         created=created,
         updated=created if doc.updated is None else doc.updated,
         revision=doc.revision,
+        context=doc.context,  # type: ignore[arg-type]  # checked by Session
     )

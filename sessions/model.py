@@ -18,6 +18,8 @@ import msgspec
 from sessions.errors import InvalidSampling, InvalidSession, InvalidSessionId
 
 Role = Literal["system", "user", "assistant", "tool"]
+ContextPolicy = Literal["error", "window"]  # what a turn does when the history outgrows the context
+CONTEXT_POLICIES = ("error", "window")
 
 _ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
@@ -218,9 +220,12 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
     created: float
     updated: float
     revision: int = 0
+    context: ContextPolicy | None = None  # None: the runtime's default policy
 
     def __post_init__(self) -> None:
         check_session_id(self.id)
+        if self.context is not None and self.context not in CONTEXT_POLICIES:
+            raise InvalidSession(f"context must be None or one of {CONTEXT_POLICIES}, not {self.context!r}")
         if self.system is not None and not isinstance(self.system, str):
             raise InvalidSession(f"system prompt must be a str or None, not {type(self.system).__name__}")
         if not isinstance(self.messages, tuple):
@@ -250,6 +255,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
         sampling: Sampling | Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         now: float | None = None,
+        context: ContextPolicy | None = None,
     ) -> Session:
         """A fresh session at revision 0; `sampling` may be a `Sampling` or a mapping of overrides."""
         check_session_id(id)
@@ -265,6 +271,7 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
             metadata=dict(metadata or {}),
             created=stamp,
             updated=stamp,
+            context=context,
         )
 
     def chat_messages(self) -> list[dict[str, Any]]:

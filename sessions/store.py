@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from sessions.base import LockedStore
-from sessions.model import Sampling, Session
+from sessions.model import ContextPolicy, Sampling, Session
 
 
 @runtime_checkable
@@ -30,6 +30,7 @@ class SessionStore(Protocol):
         system: str | None = None,
         sampling: Sampling | Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        context: ContextPolicy | None = None,
     ) -> Session: ...
 
     def get(self, id: str) -> Session: ...

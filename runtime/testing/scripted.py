@@ -18,8 +18,9 @@ when the turn has arrived there:
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -113,15 +114,19 @@ class ScriptedBackend:
 
     def prepare(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None = None,
         *,
+        spans: bool = True,
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> RenderedChat:
-        text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages) + "assistant: "
+        parts = [f"{m['role']}: {m.get('content') or ''}\n" for m in messages]
+        starts = list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []
+        text = "".join(parts) + "assistant: "
         tokens = [ord(c) for c in text]
-        self._prepared = messages
-        return RenderedChat(text=text, tokens=tokens, message_starts=[], roles=[])
+        self._prepared = [dict(m) for m in messages]
+        return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[str(m["role"]) for m in messages])
 
     def run(self, req: SlotRequest) -> SlotResult:
         prompt = list(req.prompt)
