@@ -37,9 +37,12 @@ OpenRuntime = Callable[[], AbstractAsyncContextManager[Runtime]]
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port (IPv6 if the host is an IPv6 address)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto says TCP,
+    # and with Nagle on, a keep-alive response written in two parts waits ~40 ms for a delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
         sock.listen(2048)
         sock.setblocking(False)
