@@ -4,6 +4,12 @@ chat and streaming on a tiny model, sessions that survive a restart (the next tu
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +304,51 @@ async def test_tools_round_trip_and_json_schema(tiny_llama: Path) -> None:
         )
         value = json.loads(r3.choices[0].message.content or "")
         assert isinstance(value["n"], int)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, url: str, *args: str) -> str:
+    cmd = [sys.executable, str(ROOT / "examples" / name), "--base-url", url + "/v1", *args]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, "TURNSTILE_API_KEY": KEY}
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_examples_run_against_the_server(tiny_llama: Path) -> None:
+    with ServeProcess(*tiny_args(tiny_llama, "--api-key", KEY)) as srv:
+        out = run_example("openai_client.py", srv.url, "--max-tokens", "4")
+        turns = [(int(p), int(c)) for p, c in re.findall(r"\[(\d+) prompt tokens, (\d+) cached\]", out)]
+        assert out.startswith("one-off: ") and "\nstreamed: " in out and len(turns) == 3
+        assert all(c > turns[i][0] // 2 for i, (_, c) in enumerate(turns[1:]))  # the history comes from the cache
+        if importlib.util.find_spec("agents") is not None:
+            out = run_example("agents_sdk.py", srv.url, "--max-tokens", "4")
+            assert [line.split(":")[0] for line in out.splitlines()[:3]] == [
+                "writer",
+                "critic",
+                "writer",
+            ] or "writer:" in out
+            found = re.search(r"\[revision: (\d+) prompt tokens, (\d+) cached\]", out)
+            assert found is not None and int(found[2]) > 0
+
+
+def test_http_benchmark_runs(tmp_path: Path) -> None:
+    from benchmarks import http
+
+    http.main(["--requests", "5", "--clients", "4", "--per-client", "2", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "http.json").read_text())
+    rows = doc["rows"]
+    assert [(r["mode"], r["client"]) for r in rows] == [
+        ("complete", "in-process"),
+        ("stream", "in-process"),
+        ("complete", "raw"),
+        ("stream", "raw"),
+        ("complete", "httpx"),
+        ("stream", "httpx"),
+        ("complete", "openai"),
+        ("stream", "4 concurrent"),
+    ]
+    assert all(r["errors"] == 0 for r in rows) and rows[-1]["requests"] == 8
