@@ -25,7 +25,7 @@ from sessions.errors import (
 )
 from sessions.log import get_logger
 
-__all__ = ["RETRY_AFTER_SECONDS", "ApiError", "to_api_error"]
+__all__ = ["RETRY_AFTER_SECONDS", "ApiError", "BindError", "to_api_error"]
 
 log = get_logger(__name__)
 
@@ -57,6 +57,15 @@ class ApiError(TurnstileError):
     @classmethod
     def unavailable(cls, message: str) -> ApiError:
         return cls(503, message, type="unavailable_error", code="unavailable")
+
+
+class BindError(TurnstileError):
+    """Raised when the server cannot listen on the host and port it was given (in use, not an address here)."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host = host
+        self.port = port
 
 
 _BAD_INPUT = (InvalidSampling, InvalidSession, InvalidSessionId, InvalidHistoryOp, ValueError)

@@ -24,6 +24,7 @@ import uvicorn
 
 from runtime.api import Runtime
 from runtime.serve.app import DEFAULT_MAX_BODY_BYTES, build
+from runtime.serve.errors import BindError
 from runtime.serve.state import ServeState
 from sessions.log import get_logger
 
@@ -35,7 +36,7 @@ OpenRuntime = Callable[[], AbstractAsyncContextManager[Runtime]]
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (IPv6 if the host is an IPv6 address)."""
+    """A listening TCP socket on host:port (IPv6 if the host is an IPv6 address); BindError if it cannot."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto says TCP,
     # and with Nagle on, a keep-alive response written in two parts waits ~40 ms for a delayed ACK
@@ -46,9 +47,9 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
         sock.listen(2048)
         sock.setblocking(False)
-    except BaseException:
+    except OSError as e:
         sock.close()
-        raise
+        raise BindError(host, port, e.strerror or str(e)) from None
     return sock
 
 
