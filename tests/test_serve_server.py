@@ -267,9 +267,10 @@ TOOL = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(Reply, "tool_calls"), reason="the Runtime does not take tools yet")
-async def test_tools_round_trip_and_json_schema(tiny_llama: Path) -> None:
-    with ServeProcess(*tiny_args(tiny_llama, "--api-key", KEY)) as srv:
+async def test_tools_round_trip_and_json_schema(smollm2_path: Path) -> None:
+    with ServeProcess("--model", smollm2_path, "--threads", "2", "--ctx", "2048", "--api-key", KEY) as srv:
         oai = client(srv.url)
         msgs: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
         r = await oai.chat.completions.create(
@@ -293,6 +294,23 @@ async def test_tools_round_trip_and_json_schema(tiny_llama: Path) -> None:
         ]
         r2 = await oai.chat.completions.create(model="t", messages=msgs, tools=[TOOL], tool_choice="none", max_tokens=8)  # type: ignore[list-item]
         assert r2.choices[0].finish_reason in ("stop", "length") and not r2.choices[0].message.tool_calls
+
+        stream = await oai.chat.completions.create(
+            model="t",
+            messages=msgs[:1],
+            tools=[TOOL],
+            tool_choice="required",
+            max_tokens=64,
+            temperature=0,
+            stream=True,  # type: ignore[list-item]
+        )
+        deltas = [c.choices[0] async for c in stream if c.choices]
+        streamed = [tc for d in deltas for tc in d.delta.tool_calls or []]
+        assert [d.finish_reason for d in deltas if d.finish_reason] == ["tool_calls"]
+        assert [(tc.function.name, tc.function.arguments) for tc in streamed] == [  # type: ignore[union-attr]
+            ("get_weather", call.function.arguments)  # type: ignore[union-attr]
+        ]
+        assert streamed[0].id and streamed[0].index == 0
 
         schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
         r3 = await oai.chat.completions.create(
