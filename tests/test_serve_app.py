@@ -458,3 +458,23 @@ async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyP
         assert seen["tools"] == [tool] and seen["tool_choice"] == "required" and seen["response_format"] == schema
         assert seen["messages"][2]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
         assert seen["messages"][3] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+
+
+def test_error_mapping() -> None:
+    from runtime.errors import ContextOverflow, DecodeError, QueueFull, ReplyMismatch, RequestTimeout, RuntimeClosed
+    from runtime.serve.errors import to_api_error
+    from sessions.errors import InvalidSampling, StoreUnavailable
+
+    cases = [
+        (ContextOverflow(10, 5), 400, "context_length_exceeded"),
+        (InvalidSampling("top_k", -1, "must be >= 0"), 400, "invalid_value"),
+        (QueueFull("full"), 429, "queue_full"),
+        (RuntimeClosed("closed"), 503, "unavailable"),
+        (StoreUnavailable("/x", "read-only"), 503, "unavailable"),
+        (RequestTimeout("slow"), 504, "request_timeout"),
+        (ReplyMismatch("not JSON"), 500, "invalid_model_output"),
+        (DecodeError(-3), 500, "DecodeError"),
+        (RuntimeError("bug"), 500, "internal_error"),
+    ]
+    assert [(to_api_error(e).status, to_api_error(e).code) for e, _, _ in cases] == [(s, c) for _, s, c in cases]
+    assert to_api_error(RuntimeError("secret detail")).message == "internal server error"

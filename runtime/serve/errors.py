@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from runtime.errors import ContextOverflow, QueueFull, RequestTimeout, RuntimeClosed, TurnstileError
+from runtime.errors import (
+    ContextOverflow,
+    QueueFull,
+    ReplyMismatch,
+    RequestTimeout,
+    RuntimeClosed,
+    ToolCallParseError,
+    TurnstileError,
+)
 from runtime.serve.schema import ErrorBody, ErrorResponse
 from sessions.errors import (
     InvalidHistoryOp,
@@ -81,6 +89,9 @@ def to_api_error(exc: BaseException) -> ApiError:
         return ApiError.bad_request(f"malformed JSON: {exc}")
     if isinstance(exc, ContextOverflow):
         return ApiError.bad_request(str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, ReplyMismatch | ToolCallParseError):  # the model's output, not the request, is at fault
+        log.warning("serve.bad_model_output", error=type(exc).__name__, message=str(exc))
+        return ApiError(500, str(exc), type="server_error", code="invalid_model_output")
     if isinstance(exc, InvalidSampling):
         return ApiError.bad_request(str(exc), param=exc.field, code="invalid_value")
     if isinstance(exc, _BAD_INPUT):  # InvalidRequest and InvalidConfig are ValueErrors too
