@@ -127,7 +127,7 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
     return Call(
         messages=[_message(m, i) for i, m in enumerate(req.messages)],
         kwargs=kw | extras,
-        session_id=session_header if session_header else req.user,
+        session_id=session_header or req.user or None,
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
     )

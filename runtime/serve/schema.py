@@ -70,7 +70,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
-    include_usage: bool = False
+    include_usage: bool | None = None
 
 
 class ChatRequest(msgspec.Struct, kw_only=True):
