@@ -238,7 +238,8 @@ async def test_session_header_or_user_names_a_session() -> None:
         ]
         assert [m.content for m in (await rt.get_session("u2")).messages] == ["hi there", "echo: hi there"]
         await post(application, {"messages": HI})  # stateless: nothing stored
-        await post(application, {"messages": HI, "user": "", "stream_options": {"include_usage": None}})
+        r = await post(application, {"messages": HI, "user": "", "stream_options": {"include_usage": None}})
+        assert r.status_code == 200
         assert sorted(await rt.list_sessions()) == ["s1", "u2"]
 
 
