@@ -18,6 +18,7 @@ import anyio
 
 from runtime.cli import chat as cli_chat
 from runtime.cli import demo as cli_demo
+from runtime.cli import serve as cli_serve
 from runtime.cli.term import is_tty
 from runtime.errors import ModelLoadError, TurnstileError
 from runtime.logs import configure_logging
@@ -63,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_chat.add_arguments(chat)
     _common(chat, max_tokens=256)
+
+    serve = commands.add_parser(
+        "serve",
+        help="an OpenAI-compatible HTTP API (POST /v1/chat/completions) over one model",
+        description="Serve the model behind an OpenAI-compatible HTTP API on 127.0.0.1 (by default); "
+        "conversations named by an X-Session-Id header are kept in the session store.",
+    )
+    cli_serve.add_arguments(serve)
     return parser
 
 
@@ -179,10 +188,13 @@ def _utf8_safe(stream: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _check(parser, args)
+    if args.command == "serve":
+        cli_serve.check_arguments(parser, args)
+    else:
+        _check(parser, args)
     setup_logging(args.verbose)
     _utf8_safe(sys.stdout)
-    command = cli_demo.run if args.command == "demo" else cli_chat.run
+    command = {"demo": cli_demo.run, "chat": cli_chat.run, "serve": cli_serve.run}[args.command]
     try:
         return _run(command, args)
     except KeyboardInterrupt:  # a second Ctrl-C while shutting down

@@ -1,0 +1,107 @@
+"""`turnstile serve`: the Runtime behind an OpenAI-compatible HTTP API (needs the `serve` extra).
+
+Binds 127.0.0.1:8080 unless told otherwise; `--port 0` lets the OS pick a port. Once the model is loaded
+it prints one line, `turnstile serve: listening on http://HOST:PORT (model NAME)`, on stdout. The API
+key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+from runtime.api import Runtime
+
+DEFAULT_PORT = 8080
+API_KEY_ENV = "TURNSTILE_API_KEY"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", type=Path, default=None, metavar="PATH", help="a GGUF model (default: SmolLM2-135M)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
+    p.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="keep sessions and cached states here")
+    p.add_argument("--api-key", default=None, metavar="KEY", help=f"require this bearer token (or set {API_KEY_ENV})")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
+    p.add_argument("--batch", type=int, default=2048, metavar="N", help="logical batch size (default 2048)")
+    p.add_argument("--ubatch", type=int, default=512, metavar="N", help="physical batch size (default 512)")
+    p.add_argument(
+        "--cache-ram", type=int, default=None, metavar="MIB", help="RAM prompt cache limit (0 off, -1 no limit)"
+    )
+    p.add_argument("--disk-limit", type=int, default=4096, metavar="MIB", help="disk tier limit (default 4096)")
+    p.add_argument("--cache-rules", choices=("turnstile", "llama-server"), default="turnstile")
+    p.add_argument("--policy", choices=("fifo", "affinity"), default="fifo", help="scheduling policy (fifo)")
+    p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
+    p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
+    p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
+    p.add_argument("--model-name", default=None, metavar="NAME", help="the id /v1/models reports")
+    p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log info events (-vv: debug) to stderr")
+
+
+def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name, low in (("threads", 1), ("ctx", 16), ("batch", 1), ("ubatch", 1), ("max_queued", 1), ("max_body", 1)):
+        value = getattr(args, name)
+        if value is not None and value < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}")
+    if not 0 <= args.port <= 65535:
+        p.error("--port must be in [0, 65535]")
+    if args.timeout is not None and args.timeout <= 0:
+        p.error("--timeout must be > 0")
+    if args.cache_ram is not None and args.cache_ram < -1:
+        p.error("--cache-ram must be >= -1")
+    if args.disk_limit < 0:
+        p.error("--disk-limit must be >= 0")
+
+
+def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    if args.scripted:
+        from runtime.testing import ScriptedBackend
+        from sessions import MemoryStore
+
+        return lambda: Runtime.serve(ScriptedBackend(), MemoryStore(), policy=args.policy, max_queued=args.max_queued)
+
+    def open_runtime() -> AbstractAsyncContextManager[Runtime]:
+        return Runtime.open(
+            options["model"],
+            data_dir=args.data_dir,
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            n_threads_batch=args.threads,
+            n_batch=args.batch,
+            n_ubatch=args.ubatch,
+            cache_ram_mib=args.cache_ram,
+            disk_limit_mib=args.disk_limit,
+            cache_rules=args.cache_rules,
+            policy=args.policy,
+            max_queued=args.max_queued,
+        )
+
+    return open_runtime
+
+
+async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
+    from runtime.serve.server import serve
+
+    def ready(url: str) -> None:
+        sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")
+        sys.stdout.flush()
+
+    name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)
+    await serve(
+        _opener(args, options),
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        max_body_bytes=args.max_body,
+        request_timeout=args.timeout,
+        model_name=args.model_name,
+        on_ready=ready,
+    )
+    return 0

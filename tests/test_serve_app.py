@@ -1,0 +1,460 @@
+"""The HTTP app in-process on the scripted backend: request and reply shapes, every error status, sessions,
+and clients that leave (driven through httpx's ASGI transport, or the raw ASGI interface, no server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+import pytest
+
+from runtime import Reply, Runtime
+from runtime.serve import app as make_app
+from runtime.serve.convert import TOOLS_SUPPORTED
+from runtime.testing import ScriptedBackend
+from sessions import MemoryStore
+from sessions.errors import SessionNotFound
+
+HI = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}]
+
+
+@asynccontextmanager
+async def scripted() -> AsyncIterator[Runtime]:
+    async with Runtime.serve(ScriptedBackend(n_ctx=400), MemoryStore(), max_queued=1) as runtime:
+        yield runtime
+
+
+def client(application: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://test")
+
+
+async def post(application: Any, body: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    async with client(application) as c:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return await c.post("/v1/chat/completions", content=content, headers=headers or {})
+
+
+def error_of(r: httpx.Response) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"} and {"message", "type", "code", "param"} <= set(body["error"]), body
+    err: dict[str, Any] = body["error"]
+    return err
+
+
+async def test_chat_completion_shape() -> None:
+    async with scripted() as rt:
+        r = await post(make_app(rt), {"model": "anything", "messages": HI, "max_tokens": 5})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["object"] == "chat.completion" and body["model"] == "scripted"
+        assert body["choices"][0]["message"] == {"role": "assistant", "content": "echo: hi there", "tool_calls": None}
+        assert body["choices"][0]["finish_reason"] == "stop"
+        prompt = len("system: Be brief.\nuser: hi there\nassistant: ")
+        assert body["usage"] == {
+            "prompt_tokens": prompt,
+            "completion_tokens": len("echo: hi there"),
+            "total_tokens": prompt + len("echo: hi there"),
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        t = body["timings"]
+        assert (t["cache_n"], t["prompt_n"], t["predicted_n"], t["cache_source"]) == (0, prompt, 14, "none")
+        again = (await post(make_app(rt), {"messages": HI})).json()
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1  # the slot holds it
+        assert again["timings"]["cache_n"] == prompt - 1
+
+
+async def test_sampling_fields_reach_the_runtime() -> None:
+    async with scripted() as rt:
+        r = await post(make_app(rt), {"messages": HI, "max_completion_tokens": 2, "max_tokens": 50, "stop": "x"})
+        assert r.json()["choices"][0] == {
+            "index": 0,
+            "message": {"role": "assistant", "content": "echo: hi", "tool_calls": None},
+            "finish_reason": "length",
+            "logprobs": None,
+        }
+        fields = {
+            "temperature": 0,
+            "top_p": 0.5,
+            "top_k": 3,
+            "min_p": 0.1,
+            "seed": 7,
+            "presence_penalty": 1,
+            "frequency_penalty": 0.5,
+            "repeat_penalty": 1.1,
+            "stop": ["a", "b"],
+            "n": 1,
+            "user": "u-1",
+        }
+        assert (await post(make_app(rt), {"messages": HI, **fields})).status_code == 200
+
+
+async def test_stream_chunks_and_usage() -> None:
+    async with scripted() as rt:
+        async with client(make_app(rt)) as c:
+            body = {"messages": HI, "stream": True, "stream_options": {"include_usage": True}}
+            r = await c.post("/v1/chat/completions", json=body)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = r.text.split("\n\n")
+        assert events[-2:] == ["data: [DONE]", ""]
+        chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+        assert deltas[0] == {"role": "assistant", "content": "echo:"}
+        assert "".join(d.get("content", "") for d in deltas) == "echo: hi there"
+        assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+        assert chunks[-2]["timings"]["predicted_n"] == 14
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 14
+        assert len({c["id"] for c in chunks}) == 1
+
+
+async def test_stream_without_usage_ends_with_the_finish_chunk() -> None:
+    async with scripted() as rt:
+        r = await post(make_app(rt), {"messages": HI, "stream": True})
+        events = [e for e in r.text.split("\n\n") if e]
+        assert events[-1] == "data: [DONE]"
+        last = json.loads(events[-2].removeprefix("data: "))
+        assert last["choices"][0]["finish_reason"] == "stop" and last["usage"] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (b"{not json", None, None),
+        (b"", None, None),
+        (b"[1, 2]", None, None),
+        ({"messages": "hi"}, None, None),
+        ({"messages": []}, "messages", None),
+        ({"messages": HI, "temperature": "hot"}, None, None),
+        ({"messages": HI, "temperature": -1}, "temperature", "invalid_value"),
+        ({"messages": HI, "top_p": 0}, "top_p", "invalid_value"),
+        ({"messages": HI, "max_tokens": 0}, "max_tokens", "invalid_value"),
+        ({"messages": HI, "n": 2}, "n", None),
+        ({"messages": HI, "stop": [""]}, "stop", "invalid_value"),
+        ({"messages": [{"role": "assistant", "content": "x"}]}, None, "invalid_value"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, None, "invalid_value"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages", None),
+        ({"messages": HI, "user": "not a valid id!"}, None, "invalid_value"),
+        ({"messages": [{"role": "user", "content": "x" * 500}]}, "messages", "context_length_exceeded"),
+    ],
+)
+async def test_bad_input_is_400(body: Any, param: str | None, code: str | None) -> None:
+    async with scripted() as rt:
+        for stream in (False, True):
+            payload = body if isinstance(body, bytes) or not isinstance(body, dict) else {**body, "stream": stream}
+            r = await post(make_app(rt), payload)
+            assert r.status_code == 400, r.text
+            err = error_of(r)
+            assert err["type"] == "invalid_request_error"
+            assert (err["param"], err["code"]) == (param, code), err
+        assert await rt.list_sessions() == []
+
+
+async def test_text_content_parts_are_joined() -> None:
+    async with scripted() as rt:
+        parts = [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]
+        r = await post(
+            make_app(rt), {"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": parts}]}
+        )
+        assert r.json()["choices"][0]["message"]["content"] == "echo: hi there"
+
+
+async def test_api_key() -> None:
+    async with scripted() as rt:
+        application = make_app(rt, api_key="s3cret")
+        async with client(application) as c:
+            assert (await c.get("/health")).status_code == 200  # public
+            for headers, code in (({}, "missing_api_key"), ({"Authorization": "Bearer nope"}, "invalid_api_key")):
+                for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/metrics")):
+                    r = await c.request(method, path, headers=headers, json={"messages": HI})
+                    assert r.status_code == 401 and error_of(r)["code"] == code
+            r = await c.post("/v1/chat/completions", json={"messages": HI}, headers={"Authorization": "Bearer s3cret"})
+            assert r.status_code == 200
+        assert rt.stats().scheduler.submitted == 1
+
+
+async def test_body_over_the_limit_is_413() -> None:
+    async with scripted() as rt:
+        application = make_app(rt, max_body_bytes=100)
+        big = json.dumps({"messages": [{"role": "user", "content": "x" * 200}]}).encode()
+        r = await post(application, big)
+        assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: judged by the bytes as they come
+            for i in range(0, len(big), 40):
+                yield big[i : i + 40]
+
+        async with client(application) as c:
+            r = await c.post("/v1/chat/completions", content=chunks())
+        assert "content-length" not in r.request.headers and r.status_code == 413
+        assert rt.stats().scheduler.submitted == 0
+
+
+async def test_models_health_metrics_and_404() -> None:
+    async with scripted() as rt:
+        async with client(make_app(rt, model_name="tiny")) as c:
+            models = (await c.get("/v1/models")).json()
+            assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
+            assert models["data"][0]["meta"] == {"n_ctx": 400}
+            await c.post("/v1/chat/completions", json={"messages": HI})
+            await c.post("/v1/chat/completions", json={"messages": HI, "n": 3})
+            text = (await c.get("/metrics")).text
+            r = await c.get("/nowhere")
+            assert r.status_code == 404 and error_of(r)["type"] == "not_found_error"
+            assert (await c.get("/v1/chat/completions")).status_code == 405
+        lines = set(text.splitlines())
+        assert {
+            "turnstile_ready 1",
+            'turnstile_http_responses_total{path="/v1/chat/completions",status="200"} 1',
+            'turnstile_http_responses_total{path="/v1/chat/completions",status="400"} 1',
+            'turnstile_requests_total{outcome="completed"} 1',
+            "turnstile_queue_depth 0",
+            'turnstile_tokens_total{kind="generated"} 14',
+            "# TYPE turnstile_requests_total counter",
+        } <= lines, text
+
+
+async def test_loading_is_503() -> None:
+    application = make_app(None)
+    async with client(application) as c:
+        for r in (await c.get("/health"), await c.post("/v1/chat/completions", json={"messages": HI})):
+            assert r.status_code == 503 and error_of(r)["type"] == "unavailable_error"
+        assert "turnstile_ready 0" in (await c.get("/metrics")).text
+
+
+async def test_session_header_or_user_names_a_session() -> None:
+    async with scripted() as rt:
+        application = make_app(rt)
+        r = await post(application, {"messages": HI, "user": "ignored"}, {"X-Session-Id": "s1"})
+        assert r.status_code == 200
+        r = await post(application, {"messages": HI, "user": "u2"})
+        session = await rt.get_session("s1")
+        assert session.system == "Be brief."
+        assert [(m.role, m.content) for m in session.messages] == [
+            ("user", "hi there"),
+            ("assistant", "echo: hi there"),
+        ]
+        assert [m.content for m in (await rt.get_session("u2")).messages] == ["hi there", "echo: hi there"]
+        await post(application, {"messages": HI})  # stateless: nothing stored
+        assert sorted(await rt.list_sessions()) == ["s1", "u2"]
+
+
+async def test_queue_full_is_429_and_closing_is_503() -> None:
+    async with scripted() as rt:
+        backend = rt.backend
+        assert isinstance(backend, ScriptedBackend)
+        gate = backend.hold("a")
+        application = make_app(rt)
+        results: dict[str, httpx.Response] = {}
+
+        async def send(name: str) -> None:
+            results[name] = await post(application, {"messages": HI}, {"X-Session-Id": name})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "a")
+            await gate.arrived()  # "a" runs
+            tg.start_soon(send, "b")
+            with anyio.fail_after(10):
+                while rt.stats().scheduler.queued < 1:  # "b" waits in the queue (max_queued=1)
+                    await anyio.lowlevel.checkpoint()
+            r = await post(application, {"messages": HI})
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert error_of(r) == {
+                "message": "the server is busy: 1 requests are already queued (max_queued=1)",
+                "type": "rate_limit_error",
+                "code": "queue_full",
+                "param": None,
+            }
+            tg.start_soon(rt.aclose)  # closing: "b" gets 503, "a" finishes
+            with anyio.fail_after(10):
+                while "b" not in results:
+                    await anyio.lowlevel.checkpoint()
+            gate.open()
+        assert results["b"].status_code == 503 and error_of(results["b"])["type"] == "unavailable_error"
+        assert results["a"].status_code == 200
+        assert (await post(application, {"messages": HI})).status_code == 503
+
+
+async def test_request_timeout_is_504() -> None:
+    async with scripted() as rt:
+        backend = rt.backend
+        assert isinstance(backend, ScriptedBackend)
+        backend.hold("slow")  # never opened: the request can only end by its timeout
+        r = await post(make_app(rt, request_timeout=0.05), {"messages": HI}, {"X-Session-Id": "slow"})
+        assert r.status_code == 504 and error_of(r)["type"] == "timeout_error"
+        with pytest.raises(SessionNotFound):
+            await rt.get_session("slow")
+
+
+# --- clients that leave ---------------------------------------------------------------------------------
+
+
+class RawClient:
+    """One request through the raw ASGI interface; `leave()` disconnects it at any moment."""
+
+    def __init__(self, body: dict[str, Any], session: str | None = None) -> None:
+        self.body = json.dumps(body).encode()
+        self.headers = [(b"content-type", b"application/json")]
+        if session:
+            self.headers.append((b"x-session-id", session.encode()))
+        self.sent: list[dict[str, Any]] = []
+        self.first_body = anyio.Event()
+        self._left = anyio.Event()
+        self._read = False
+
+    def leave(self) -> None:
+        self._left.set()
+
+    async def receive(self) -> dict[str, Any]:
+        if not self._read:
+            self._read = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self._left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            self.first_body.set()
+
+    async def run(self, application: Any) -> None:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/v1/chat/completions",
+            "raw_path": b"",
+            "query_string": b"",
+            "headers": self.headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("test", 80),
+            "root_path": "",
+        }
+        await application(scope, self.receive, self.send)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_client_that_leaves_while_running_stops_its_request(stream: bool) -> None:
+    async with scripted() as rt:
+        backend = rt.backend
+        assert isinstance(backend, ScriptedBackend)
+        application = make_app(rt)
+        gate = backend.hold("d")
+        c = RawClient({"messages": HI, "stream": stream}, "d")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(c.run, application)
+            await gate.arrived()
+            c.leave()
+        assert c.sent == []  # nothing was answered
+        st = rt.stats().scheduler
+        assert (st.cancelled, st.completed) == (1, 0)
+        with pytest.raises(SessionNotFound):
+            await rt.get_session("d")
+        assert application.state.turnstile.disconnects == 1
+
+
+async def test_a_client_that_leaves_while_queued_is_removed() -> None:
+    async with scripted() as rt:
+        backend = rt.backend
+        assert isinstance(backend, ScriptedBackend)
+        application = make_app(rt)
+        gate = backend.hold("a")
+        running, queued = RawClient({"messages": HI}, "a"), RawClient({"messages": HI, "stream": True}, "q")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(running.run, application)
+            await gate.arrived()
+            tg.start_soon(queued.run, application)
+            with anyio.fail_after(10):
+                while rt.stats().scheduler.queued < 1:
+                    await anyio.lowlevel.checkpoint()
+            queued.leave()
+            with anyio.fail_after(10):
+                while rt.stats().scheduler.queued:
+                    await anyio.lowlevel.checkpoint()
+            gate.open()
+        assert backend.runs == ["a"] and queued.sent == []
+        assert running.sent[0]["status"] == 200
+        assert await rt.list_sessions() == ["a"]
+
+
+async def test_a_client_that_leaves_mid_stream_commits_nothing() -> None:
+    async with scripted() as rt:
+        backend = rt.backend
+        assert isinstance(backend, ScriptedBackend)
+        words = " ".join(f"w{i}" for i in range(50))
+        backend.reply = lambda _m: words
+        application = make_app(rt)
+        await rt.complete(HI, session_id="m")
+        before = await rt.get_session("m")
+        # the stream's first piece reaches the client; the client leaves before the reply is complete
+        c = RawClient(
+            {
+                "messages": [*HI, {"role": "assistant", "content": words}, {"role": "user", "content": "more"}],
+                "stream": True,
+                "max_tokens": 50,
+            },
+            "m",
+        )
+        gate = backend.hold("m")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(c.run, application)
+            await gate.arrived()
+            gate.open()
+            await c.first_body.wait()
+            c.leave()
+        after = await rt.get_session("m")
+        assert after == before
+        assert application.state.turnstile.disconnects == 1
+
+
+@pytest.mark.skipif(TOOLS_SUPPORTED, reason="the Runtime takes tools")
+async def test_tools_before_the_runtime_takes_them_are_400() -> None:
+    async with scripted() as rt:
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+        for extra, param in (
+            ({"tools": [tool]}, "tools"),
+            ({"response_format": {"type": "json_object"}}, "response_format"),
+        ):
+            r = await post(make_app(rt), {"messages": HI, **extra})
+            assert r.status_code == 400 and error_of(r)["param"] == param
+        r = await post(make_app(rt), {"messages": HI, "tools": [], "response_format": {"type": "text"}})
+        assert r.status_code == 200
+
+
+@pytest.mark.skipif(not hasattr(Reply, "tool_calls"), reason="the Runtime does not take tools yet")
+async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with scripted() as rt:
+        seen: dict[str, Any] = {}
+        real = rt.complete
+
+        async def spy(messages: list[dict[str, Any]], **kw: Any) -> Reply:
+            seen.update(kw)
+            seen["messages"] = messages
+            return await real(messages, session_id=kw.get("session_id"))
+
+        monkeypatch.setattr(rt, "complete", spy)
+        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+        schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+        history = [
+            *HI,
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ]
+        body = {
+            "messages": history,
+            "tools": [tool],
+            "tool_choice": "required",
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+        }
+        await post(make_app(rt), body)
+        assert seen["tools"] == [tool] and seen["tool_choice"] == "required" and seen["response_format"] == schema
+        assert seen["messages"][2]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+        assert seen["messages"][3] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
