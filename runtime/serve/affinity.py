@@ -9,14 +9,14 @@ question), so a stateless client that resends its growing history keeps the same
 The order is rendezvous hashing (highest random weight): each replica scores `hash(key, replica)` and the
 best score wins, so adding or losing a replica moves only that replica's share of keys. A replica the key
 last went to comes first (its state is there, even after a spill). Bounded load: a replica whose queue is
-at or above `max(ceil(load_factor * (total + 1) / n), least + slack)` moves behind the others, so one busy
-replica spills its next conversations to the next choice instead of queueing them all.
+above `max(load_factor * (total + 1) / n, least + slack)` (requests held, `least` the least loaded
+replica's) moves behind the others, so one busy replica spills its next conversations to the next choice
+instead of queueing them all.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -93,9 +93,9 @@ def order(
         ranked.insert(0, last)
     total = sum(max(0, n) for n in loads.values())
     least = min(loads.values())
-    limit = max(math.ceil(load_factor * (total + 1) / len(loads)), least + slack)
-    fits = [r for r in ranked if loads[r] < limit]
-    return fits + [r for r in ranked if loads[r] >= limit]
+    bound = max(load_factor * (total + 1) / len(loads), least + slack)
+    fits = [r for r in ranked if loads[r] <= bound]
+    return fits + [r for r in ranked if loads[r] > bound]
 
 
 class Placements:

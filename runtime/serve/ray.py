@@ -23,7 +23,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import ray
 from ray import serve
@@ -66,7 +66,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `ru
 class TurnstileReplica:
     """One Runtime (one slot, its RAM cache and disk tier) behind the HTTP app, called by the ingress."""
 
-    async def __init__(self, open_options: dict[str, Any], app_options: dict[str, Any]) -> None:
+    async def __init__(self, open_options: dict[str, Any], app_options: dict[str, Any]) -> None:  # type: ignore[misc]
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._stop = asyncio.Event()
         opened: asyncio.Future[Runtime] = asyncio.get_running_loop().create_future()
@@ -163,19 +163,21 @@ def application(
         "ray_actor_options": {"num_cpus": num_cpus_per_replica, "num_gpus": num_gpus_per_replica},
     }
     if routing == "affinity":
-        replica_options["request_router_config"] = RequestRouterConfig(
-            request_router_class=ROUTER, request_router_kwargs={"load_factor": load_factor, "slack": slack}
-        )
-    replica = TurnstileReplica.options(**replica_options).bind(options, app_options)
-    ingress = TurnstileIngress.options(
-        num_replicas=1, max_ongoing_requests=100_000, ray_actor_options={"num_cpus": 0}
-    ).bind(replica, max_body_bytes)
+        router: dict[str, Any] = {
+            "request_router_class": ROUTER,
+            "request_router_kwargs": {"load_factor": load_factor, "slack": slack},
+        }
+        replica_options["request_router_config"] = RequestRouterConfig(**router)
+    replica = cast(Any, TurnstileReplica).options(**replica_options).bind(options, app_options)
+    ingress: serve.Application = (
+        cast(Any, TurnstileIngress)
+        .options(num_replicas=1, max_ongoing_requests=100_000, ray_actor_options={"num_cpus": 0})
+        .bind(replica, max_body_bytes)
+    )
     return ingress
 
 
-def _check(
-    replicas: int, routing: str, cpus: float, gpus: float, ongoing: int, load_factor: float, slack: int
-) -> None:
+def _check(replicas: int, routing: str, cpus: float, gpus: float, ongoing: int, load_factor: float, slack: int) -> None:
     for name, value, low in (("replicas", replicas, 1), ("max_ongoing_requests", ongoing, 1), ("slack", slack, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidConfig(f"{name} must be an int >= {low}, not {value!r}")
@@ -216,7 +218,7 @@ def stop(name: str = "turnstile", *, shutdown: bool = True) -> None:
     """Delete the application (replicas drain and flush); `shutdown`: stop Serve and leave Ray."""
     serve.delete(name)
     if shutdown:
-        serve.shutdown()
+        serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
 
 

@@ -33,7 +33,7 @@ def key_of(request: PendingRequest | None) -> str | None:
     return key if isinstance(key, str) else None
 
 
-class AffinityRouter(RequestRouter):  # type: ignore[misc]  # ray is untyped
+class AffinityRouter(RequestRouter):
     """Rendezvous hashing on the routing key, the key's last replica first, bounded load."""
 
     def initialize_state(
