@@ -83,8 +83,9 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     )
     port = args.port if args.port else _free_port(args.host)
     start = partial(cluster.start, app, ray_address=args.ray_address, host=args.host, port=port)
+    url = await anyio.to_thread.run_sync(start)
+    # after ray.init, which installs its own SIGTERM handler (it would end the process without a drain)
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        url = await anyio.to_thread.run_sync(start)
         name = args.model_name or Path(options["model"]).name
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name}, {args.replicas} replicas)\n")
         sys.stdout.flush()

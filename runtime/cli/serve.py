@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
+from runtime.cli import cluster
 
 DEFAULT_PORT = 8080
 API_KEY_ENV = "TURNSTILE_API_KEY"
@@ -41,9 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
     p.add_argument("--model-name", default=None, metavar="NAME", help="the id /v1/models reports")
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
-    from runtime.cli import cluster  # Ray Serve options (--replicas ...); ray itself is imported only when used
-
-    cluster.add_arguments(p)
+    cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
     p.add_argument("-v", "--verbose", action="count", default=0, help="log info events (-vv: debug) to stderr")
 
@@ -61,8 +60,6 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--cache-ram must be >= -1")
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
-    from runtime.cli import cluster
-
     cluster.check_arguments(p, args)
 
 
@@ -96,8 +93,6 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
     if args.replicas is not None:
-        from runtime.cli import cluster
-
         return await cluster.run(args, options)
     from runtime.serve.server import serve
 
