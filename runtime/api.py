@@ -60,6 +60,12 @@ def _ram_limit(cache_ram_mib: int | None) -> int | None:
     return None if cache_ram_mib == 0 else 0 if cache_ram_mib < 0 else cache_ram_mib << 20
 
 
+def _redis_store(url: str) -> SessionStore:
+    from sessions.redis import RedisStore  # the `cluster` extra, imported only when asked for
+
+    return RedisStore.from_url(url)
+
+
 class Runtime:
     """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`."""
 
@@ -99,6 +105,7 @@ class Runtime:
         disk_limit_mib: int = 4096,
         cache_rules: CacheRules = "turnstile",
         context: ContextPolicy = "error",
+        session_store: SessionStore | str | None = None,
         **engine_options: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -110,6 +117,9 @@ class Runtime:
         that a load uses only in part, so one conversation never discards another's state.
         context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
         of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.context`).
+        session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
+        Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
+        then holds only the disk tier.
         """
         unknown = set(engine_options) - _ENGINE_FIELDS
         if unknown:
@@ -125,20 +135,27 @@ class Runtime:
             raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
         if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
+        if session_store is not None and not isinstance(session_store, str | SessionStore):
+            raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
         path = Path(model) if model is not None else default_model_path()
         engine = await anyio.to_thread.run_sync(Engine, path, config)
         disk: DiskTier | None = None
         store: SessionStore
         try:
+            if isinstance(session_store, str):
+                store = await anyio.to_thread.run_sync(_redis_store, session_store)
+            elif session_store is not None:
+                store = session_store
+            elif data_dir is not None:
+                store = await anyio.to_thread.run_sync(DiskStore, Path(data_dir) / "sessions")
+            else:
+                store = MemoryStore()
             if data_dir is not None:
                 root = Path(data_dir)
-                store = await anyio.to_thread.run_sync(DiskStore, root / "sessions")
                 try:
                     disk = await anyio.to_thread.run_sync(cls._open_disk_tier, root / "states", engine, disk_limit_mib)
                 except DiskTierUnavailable as e:  # documented fallback: run without the disk tier
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
-            else:
-                store = MemoryStore()
             slot = Slot(engine, cache_ram_bytes=ram, disk=disk, cache_rules=cache_rules)
         except BaseException:
             engine.close()

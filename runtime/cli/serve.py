@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
+from runtime.cli import cluster
 
 DEFAULT_PORT = 8080
 API_KEY_ENV = "TURNSTILE_API_KEY"
@@ -40,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
     p.add_argument("--model-name", default=None, metavar="NAME", help="the id /v1/models reports")
+    p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
+    cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
     p.add_argument("-v", "--verbose", action="count", default=0, help="log info events (-vv: debug) to stderr")
 
@@ -57,6 +60,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--cache-ram must be >= -1")
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
+    cluster.check_arguments(p, args)
 
 
 def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
@@ -80,6 +84,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             cache_rules=args.cache_rules,
             policy=args.policy,
             max_queued=args.max_queued,
+            session_store=args.session_store,
         )
 
     return open_runtime
@@ -87,6 +92,8 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 
 async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
+    if args.replicas is not None:
+        return await cluster.run(args, options)
     from runtime.serve.server import serve
 
     def ready(url: str) -> None:
