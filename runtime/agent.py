@@ -4,7 +4,8 @@ results back; return the final reply with the steps taken.
 
 A function that raises returns its error text to the model as the tool result. A model that repeats a
 call it already has the result of (same tool, same arguments) is not given the result again: that reply is
-regenerated without tools, so the model answers with what it has (small models loop otherwise).
+regenerated under the `answer` choice (the tools still described, the reply constrained to an answer), so the
+model answers with what it has (small models loop otherwise).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import msgspec
 from runtime import validate as v
 from runtime.errors import InvalidRequest, MaxStepsExceeded
 from runtime.reply import Reply, Step
-from runtime.tools import Tool, ToolCall, as_tools, result_text
+from runtime.tools import Tool, ToolCall, ToolChoice, as_tools, result_text
 from sessions.log import get_logger
 
 if TYPE_CHECKING:
@@ -65,7 +66,9 @@ async def run_agent(
         keys = [(c.name, msgspec.json.encode(c.arguments, order="sorted")) for c in reply.tool_calls]
         if all(k in done for k in keys):  # nothing new asked: answer with what you have
             log.info("agent.repeated_call", session_id=session_id, tool=reply.tool_calls[0].name)
-            reply = await rt.regenerate(session_id, timeout=timeout, **sampling)
+            reply = await rt.regenerate(
+                session_id, tools=checked, tool_choice=ToolChoice("answer"), timeout=timeout, **sampling
+            )
             break
         if len(steps) + len(reply.tool_calls) > max_steps:
             raise MaxStepsExceeded(max_steps, tuple(steps), reply)

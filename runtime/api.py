@@ -375,9 +375,21 @@ class Runtime:
             check_grammar=self.backend.check_grammar,
         )
 
-    async def regenerate(self, session_id: str, *, timeout: float | None = None, **sampling: Any) -> Reply:
-        """Replace the last reply with a new one for the same user message."""
-        job = self._submit(session_id, Turn(RequestKind.REGENERATE, None, sampling), timeout)
+    async def regenerate(
+        self,
+        session_id: str,
+        *,
+        response_format: Any = None,
+        grammar: str | None = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: Any = "auto",
+        timeout: float | None = None,
+        **sampling: Any,
+    ) -> Reply:
+        """Replace the last reply with a new one for the same user message (or tool results)."""
+        constraints = self._constraints(response_format, grammar, tools, tool_choice)
+        turn = Turn(RequestKind.REGENERATE, None, sampling, constraints=constraints)
+        job = self._submit(session_id, turn, timeout)
         reply: Reply = await self.scheduler.wait(job, timeout)
         return reply
 

@@ -48,6 +48,10 @@ class ToolFormat(ABC):
     def parse_calls(self, text: str, tools: Sequence[Tool]) -> ParsedReply:
         """Split `text` with at least one allowed tool; raise `ToolCallParseError` for a malformed call."""
 
+    def parse_answer(self, text: str) -> ParsedReply:
+        """A reply made under the `answer` choice: plain text (a format with an answer shape unwraps it)."""
+        return ParsedReply(text)
+
     def parse(self, text: str, tools: Sequence[Tool], choice: ToolChoice) -> ParsedReply:
         """Split raw model output into content and tool calls.
 
@@ -56,6 +60,8 @@ class ToolFormat(ABC):
         With `tool_choice="none"` (or no tools) the whole text is content.
         """
         allowed = choice.allowed(tools)
+        if choice.mode == "answer":
+            return self.parse_answer(text)
         if not allowed:
             return ParsedReply(text)
         reply = self.parse_calls(text, allowed)

@@ -118,6 +118,8 @@ class GenericFormat(ToolFormat):
 
     def schema(self, tools: Sequence[Tool], choice: ToolChoice, *, parallel: bool = False) -> dict[str, Any] | None:
         """The JSON schema the reply is constrained to (None with no allowed tool)."""
+        if choice.mode == "answer":  # tools described, but the reply must be the answer
+            return {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
         allowed = choice.allowed(tools)
         if not allowed:
             return None
@@ -160,6 +162,9 @@ class GenericFormat(ToolFormat):
         b = GrammarBuilder()
         b.schema("", schema)
         return ToolGrammar(b.text(), lazy=False)
+
+    def parse_answer(self, text: str) -> ParsedReply:
+        return self.parse_calls(text, ())  # {"response": ...}, which the answer grammar enforces
 
     def parse_calls(self, text: str, tools: Sequence[Tool]) -> ParsedReply:
         body = text.strip()

@@ -217,15 +217,15 @@ def as_tools(tools: Sequence[Tool | Mapping[str, Any] | Callable[..., Any]]) -> 
 
 @dataclass(frozen=True)
 class ToolChoice:
-    """A resolved `tool_choice`: `auto` (may call), `required` (must call), `none` (must not), or `function`
-    (must call the tool `name`)."""
+    """A resolved `tool_choice`: `auto` (may call), `required` (must call), `none` (must not), `function`
+    (must call the tool `name`), or `answer` (the agent loop's: must answer now, in the format's answer shape)."""
 
-    mode: Literal["auto", "required", "none", "function"]
+    mode: Literal["auto", "required", "none", "function", "answer"]
     name: str | None = None
 
     def allowed(self, tools: Sequence[Tool]) -> tuple[Tool, ...]:
         """The tools the reply may call under this choice."""
-        if self.mode == "none":
+        if self.mode in ("none", "answer"):
             return ()
         if self.mode == "function":
             return tuple(t for t in tools if t.name == self.name)
@@ -240,6 +240,8 @@ class ToolChoice:
 def resolve_tool_choice(choice: object, tools: Sequence[Tool]) -> ToolChoice:
     """Check `choice` ("auto", "required", "none", a tool name, or OpenAI's `{"type": "function", "function":
     {"name": ...}}`) against `tools`; `InvalidTool` for an unknown name or a call required without tools."""
+    if isinstance(choice, ToolChoice):
+        return choice
     names = {t.name for t in tools}
     if isinstance(choice, Mapping):
         fn = choice.get("function")
