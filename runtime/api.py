@@ -27,11 +27,12 @@ from runtime.models import default_model_path
 from runtime.policy import Policy, make_policy
 from runtime.reply import Reply
 from runtime.scheduler import Job, Scheduler, SchedulerStats
+from runtime.session_ops import SessionOps
 from runtime.slot import Slot
 from runtime.stream import Pieces, follow
 from runtime.turns import Turn, TurnRunner
 from runtime.types import CacheRules, RequestKind
-from sessions import DiskStore, MemoryStore, Sampling, Session, history
+from sessions import DiskStore, MemoryStore
 from sessions.log import get_logger
 from sessions.store import SessionStore
 
@@ -66,7 +67,7 @@ def _redis_store(url: str) -> SessionStore:
     return RedisStore.from_url(url)
 
 
-class Runtime:
+class Runtime(SessionOps):
     """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`."""
 
     def __init__(
@@ -219,11 +220,6 @@ class Runtime:
     async def _in_slot_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
-    async def _store(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        if type(self.store) is MemoryStore:  # in memory: no thread hop (a subclass may block: it gets one)
-            return fn(*args, **kw)
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kw))
-
     def _affinity(self, session_id: str) -> int:
         """2: the slot holds this session's state; 1: the RAM cache does; 0: neither (read between jobs)."""
         key = self._turns.last_key.get(session_id)
@@ -232,74 +228,6 @@ class Runtime:
         if session_id == self._turns.last_session:
             return 2
         return _AFFINITY[self.backend.locate(key)]
-
-    # --- sessions ------------------------------------------------------------------------------------
-
-    async def create_session(
-        self,
-        session_id: str,
-        *,
-        system: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        context: ContextPolicy | None = None,
-        **sampling: Any,
-    ) -> Session:
-        """Create a session with a system prompt and sampling defaults (SessionExists if it exists).
-
-        context: "error" or "window" (see `Runtime.open`); None follows the runtime's default.
-        """
-        v.check_session_id(session_id)
-        v.check_optional_text(system, "system")
-        v.check_metadata(metadata)
-        if context is not None and context not in CONTEXT_POLICIES:
-            raise InvalidRequest(f"context must be None or one of {CONTEXT_POLICIES}, not {context!r}")
-        s = Sampling().with_overrides(**sampling)
-        Session.new(session_id, system=system, sampling=s, metadata=metadata, context=context)  # checks first
-        return await self._op(
-            session_id,
-            lambda: self.store.create(session_id, system=system, sampling=s, metadata=metadata, context=context),
-        )
-
-    async def get_session(self, session_id: str) -> Session:
-        return await self._store(self.store.get, v.check_session_id(session_id))
-
-    async def list_sessions(self) -> list[str]:
-        return await self._store(self.store.list)
-
-    async def undo(self, session_id: str, n: int = 1) -> Session:
-        """Drop the last n exchanges."""
-        v.check_count(n, "n")
-        return await self._op(session_id, lambda: self.store.undo(session_id, n))
-
-    async def fork(self, session_id: str, new_id: str, upto: int | None = None) -> Session:
-        v.check_session_id(new_id)
-        v.check_optional_count(upto, "upto", 0)
-        return await self._op(session_id, lambda: self.store.fork(session_id, new_id, upto))
-
-    async def delete(self, session_id: str) -> None:
-        await self._op(session_id, lambda: self.store.delete(session_id))
-
-    async def export(self, session_id: str) -> str:
-        return await self._op(session_id, lambda: self.store.export(session_id))
-
-    async def import_(self, data: str, *, new_id: str | None = None, overwrite: bool = False) -> Session:
-        if not isinstance(overwrite, bool):
-            raise InvalidRequest(f"overwrite must be a bool, not {type(overwrite).__name__}")
-        sid = history.import_(data, new_id=new_id).id  # parse and validate before queueing (typed errors)
-        return await self._op(sid, lambda: self.store.import_(data, new_id=new_id, overwrite=overwrite))
-
-    async def _op(self, session_id: str, fn: Callable[[], T]) -> T:
-        """A store operation, queued behind the session's running and waiting turns."""
-        v.check_session_id(session_id)
-        if self._closed:
-            raise RuntimeClosed("the runtime is closed")
-
-        async def execute(_job: Job) -> T:
-            return await self._store(fn)
-
-        job = self.scheduler.submit(session_id, execute, kind=RequestKind.OP)
-        result: T = await self.scheduler.wait(job)
-        return result
 
     # --- turns ---------------------------------------------------------------------------------------
 
