@@ -90,6 +90,11 @@ class Sampler:
         self._chain: Any = chain
         if grammar is not None:
             self._grammar = init_grammar(engine, grammar)
+            # greedy without penalties: the chain picks the highest logit, so the first token of the logits in
+            # descending order that the grammar allows is what sample-check-resample returns (and cheaper)
+            self._greedy = sp.temperature <= 0 and sp.repeat_penalty == 1.0 and not sp.presence_penalty
+            self._greedy = self._greedy and not sp.frequency_penalty
+            self._banned = frozenset(engine.eog_tokens()) if sp.ignore_eos else frozenset()
             self._cur = np.zeros(engine.n_vocab, dtype=_TOKEN_DATA)
             self._ids = np.arange(engine.n_vocab, dtype=np.int32)
             self._arr = llama_cpp.llama_token_data_array(
@@ -116,12 +121,27 @@ class Sampler:
         """Sample from the context's last logits and accept the token (into the grammar too)."""
         if self._grammar is None:
             return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
-        tok = self._apply(grammar=False)
-        if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
-            tok = self._apply(grammar=True)
+        found = self._greedy_allowed() if self._greedy else None
+        if found is not None:
+            tok = found
+        else:
+            tok = self._apply(grammar=False)
+            if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
+                tok = self._apply(grammar=True)
         llama_cpp.llama_sampler_accept(self._grammar, tok)
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok
+
+    def _greedy_allowed(self, top: int = 64) -> int | None:
+        """Greedy: the highest-logit token the grammar allows among the `top` best; None if there is none."""
+        eng = self._engine
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))
+        best = np.argpartition(logits, -top)[-top:]
+        for tok in best[np.argsort(-logits[best], kind="stable")]:
+            t = int(tok)
+            if t not in self._banned and self._allows(t):
+                return t
+        return None
 
     def _allows(self, token: int) -> bool:
         """Whether the grammar accepts `token` next (llama-server's one-token check)."""
