@@ -128,6 +128,7 @@ class LlamaBackend:
         self.disk = disk
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
+        self._generation_prompt: str | None = None
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     def prepare(
@@ -157,11 +158,13 @@ class LlamaBackend:
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it
         and be fed those tokens, as llama-server does); else "" (the grammar starts at the reply)."""
-        eng = self.engine
-        prompt: str = eng.template.generation_prompt()
-        tokens = eng.tokenize(prompt, add_special=False, parse_special=True)
-        spelled = b"".join(eng.token_to_piece(t, special=True) for t in tokens).decode("utf-8", "replace")
-        return prompt if spelled == prompt else ""
+        if self._generation_prompt is None:  # a property of the model: worked out once
+            eng = self.engine
+            prompt: str = eng.template.generation_prompt()
+            tokens = eng.tokenize(prompt, add_special=False, parse_special=True)
+            spelled = b"".join(eng.token_to_piece(t, special=True) for t in tokens).decode("utf-8", "replace")
+            self._generation_prompt = prompt if spelled == prompt else ""
+        return self._generation_prompt
 
     def run(self, req: SlotRequest) -> SlotResult:
         result: SlotResult = self.slot.run(req)
