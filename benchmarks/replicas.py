@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from benchmarks._report import emit
+from benchmarks._workload import write
 from runtime.models import default_model_path
 from runtime.testing.workloads import persona
 
@@ -124,6 +124,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight (4)")
     p.add_argument("--threads", type=int, default=1, help="llama.cpp threads per replica (1)")
     p.add_argument("--setups", default="1:affinity,2:affinity,2:default", help="REPLICAS:ROUTING,...")
+    p.add_argument("--out", default=None, metavar="DIR", help="where to write replicas.json")
     args = p.parse_args(argv)
 
     import ray
@@ -159,4 +160,5 @@ def main(argv: list[str]) -> None:
     serve.shutdown()  # type: ignore[no-untyped-call]
     ray.shutdown()
     params = {k: getattr(args, k) for k in ("users", "rounds", "max_tokens", "concurrency", "cache_ram", "threads")}
-    emit("replicas", rows, params={**params, "model": os.path.basename(model)}, columns=COLUMNS)
+    params |= {"model": os.path.basename(model), "command": "python -m benchmarks replicas " + " ".join(argv)}
+    write("replicas", rows, params=params, out=args.out, columns=COLUMNS)

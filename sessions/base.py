@@ -30,6 +30,7 @@ from sessions.errors import (
 )
 from sessions.log import get_logger
 from sessions.model import ContextPolicy, Sampling, Session, check_session_id, validate
+from sessions.record import decode_record
 
 log = get_logger(__name__)
 
@@ -79,6 +80,23 @@ class StoreBase(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the store's resources."""
+
+    def _place(self) -> dict[str, str]:
+        """Where the store keeps its records, as log fields (`directory=...`, `location=...`)."""
+        return {}
+
+    def _decode(self, id: str, data: object) -> Session | None:
+        """A stored record's session (None for no record); a record that does not decode is `SessionCorrupt`."""
+        if data is None:
+            return None
+        try:
+            return decode_record(id, data)
+        except SessionCorrupt as err:
+            raise self._corrupt(id, err.reason) from None
+
+    def _corrupt(self, id: str, reason: str) -> SessionCorrupt:
+        log.warning("session.corrupt", session_id=id, reason=reason, **self._place())
+        return SessionCorrupt(id, reason)
 
     def __enter__(self) -> Self:
         return self

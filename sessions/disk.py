@@ -23,11 +23,11 @@ from contextlib import contextmanager
 import diskcache
 
 from sessions.base import LockedStore
-from sessions.errors import InvalidSessionId, SessionCorrupt, StoreUnavailable, UnsafeRecord
+from sessions.errors import InvalidSessionId, StoreUnavailable, UnsafeRecord
 from sessions.log import get_logger
 from sessions.model import Session, check_session_id
 from sessions.raw_disk import RawDisk
-from sessions.record import decode_record, encode_record
+from sessions.record import encode_record
 
 log = get_logger(__name__)
 
@@ -86,16 +86,10 @@ class DiskStore(LockedStore):
                 data = self._cache.get(id, default=None, retry=True)
         except UnsafeRecord as err:
             raise self._corrupt(id, f"record is stored as a pickle, which is never loaded ({err})") from None
-        if data is None:
-            return None
-        try:
-            return decode_record(id, data)
-        except SessionCorrupt as err:
-            raise self._corrupt(id, err.reason) from None
+        return self._decode(id, data)
 
-    def _corrupt(self, id: str, reason: str) -> SessionCorrupt:
-        log.warning("session.corrupt", session_id=id, reason=reason, directory=self.directory)
-        return SessionCorrupt(id, reason)
+    def _place(self) -> dict[str, str]:
+        return {"directory": self.directory}
 
     def _write(self, session: Session) -> None:
         with self._guard():

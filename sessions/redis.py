@@ -21,10 +21,10 @@ from typing import Any
 import redis
 
 from sessions.base import Records, StoreBase, T
-from sessions.errors import InvalidSessionId, SessionCorrupt, StoreConfigError, StoreUnavailable
+from sessions.errors import InvalidSessionId, StoreConfigError, StoreUnavailable
 from sessions.log import get_logger
 from sessions.model import Session, check_session_id
-from sessions.record import decode_record, encode_record
+from sessions.record import encode_record
 
 log = get_logger(__name__)
 
@@ -113,17 +113,8 @@ class RedisStore(StoreBase):
             log.error("store.unavailable", location=self.location, reason=reason)
             raise StoreUnavailable(self.location, reason) from err
 
-    def _decode(self, id: str, data: object) -> Session | None:
-        if data is None:
-            return None
-        try:
-            return decode_record(id, data)
-        except SessionCorrupt as err:
-            raise self._corrupt(id, err.reason) from None
-
-    def _corrupt(self, id: str, reason: str) -> SessionCorrupt:
-        log.warning("session.corrupt", session_id=id, reason=reason, location=self.location)
-        return SessionCorrupt(id, reason)
+    def _place(self) -> dict[str, str]:
+        return {"location": self.location}
 
     def _get(self, client: redis.Redis | redis.client.Pipeline, id: str) -> Session | None:
         with self._guard():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gguf
 
-from runtime.testing.tiny_models import _WORDS, N_EMBD, _attention, _ffn, _Tensors
+from runtime.testing.tiny_models import _WORDS, Vocab, write_llama
 
 # Qwen/Qwen2.5-7B-Instruct's chat template, verbatim (as in llama.cpp's models/templates).
 QWEN25_TEMPLATE = """{%- if tools %}
@@ -142,7 +142,7 @@ LLAMA3_SPECIALS = [
 ]
 
 
-def _vocab(specials: list[tuple[str, int]]) -> tuple[list[bytes], list[float], list[int]]:
+def _vocab(specials: list[tuple[str, int]], template: str, bos: str, eos: str) -> Vocab:
     normal, byte = int(gguf.TokenType.NORMAL), int(gguf.TokenType.BYTE)
     toks: list[tuple[str, float, int]] = [("<unk>", 0.0, int(gguf.TokenType.UNKNOWN))]
     toks += [(s, 0.0, t) for s, t in specials]
@@ -155,55 +155,17 @@ def _vocab(specials: list[tuple[str, int]]) -> tuple[list[bytes], list[float], l
         if p not in seen:
             seen.add(p)
             toks.append((p, -float(i) / 1000.0 + len(p), normal))
-    return [t[0].encode() for t in toks], [t[1] for t in toks], [t[2] for t in toks]
-
-
-def _write(path: Path, template: str, specials: list[tuple[str, int]], bos: str, eos: str, seed: int) -> Path:
-    n_layer, n_head, n_head_kv, n_ff = 2, 4, 2, 128
-    tokens, scores, types = _vocab(specials)
-    ids = {t.decode(): i for i, t in enumerate(tokens)}
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(4096)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(n_layer)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(ids[bos])
-    w.add_eos_token_id(ids[eos])
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(template)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_rope_dimension_count(N_EMBD // n_head)
-    w.add_rope_freq_base(10000.0)
-    t = _Tensors(w, seed)
-    t.add("token_embd.weight", N_EMBD, len(tokens), scale=1.0)
-    t.norm("output_norm.weight", N_EMBD)
-    t.add("output.weight", N_EMBD, len(tokens), scale=0.5)
-    for i in range(n_layer):
-        t.norm(f"blk.{i}.attn_norm.weight", N_EMBD)
-        _attention(t, i, n_head, n_head_kv, N_EMBD // n_head)
-        _ffn(t, i, n_ff)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    ids = {t[0]: i for i, t in enumerate(toks)}
+    tokens, scores, types = [t[0].encode() for t in toks], [t[1] for t in toks], [t[2] for t in toks]
+    return Vocab(tokens, scores, types, bos=ids[bos], eos=ids[eos], template=template, space_prefix=False)
 
 
 def write_qwen(path: Path, *, seed: int = 11) -> Path:
     """A tiny llama with Qwen 2.5's chat template (tools rendered in the system message, `<tool_call>`)."""
-    return _write(path, QWEN25_TEMPLATE, QWEN_SPECIALS, "<|endoftext|>", "<|im_end|>", seed)
+    return write_llama(path, seed=seed, vocab=_vocab(QWEN_SPECIALS, QWEN25_TEMPLATE, "<|endoftext|>", "<|im_end|>"))
 
 
 def write_llama3(path: Path, *, seed: int = 12) -> Path:
     """A tiny llama with a Llama 3.x-style chat template (`{"name", "parameters"}` calls, ipython results)."""
-    return _write(path, LLAMA3_TEMPLATE, LLAMA3_SPECIALS, "<|begin_of_text|>", "<|eot_id|>", seed)
+    vocab = _vocab(LLAMA3_SPECIALS, LLAMA3_TEMPLATE, "<|begin_of_text|>", "<|eot_id|>")
+    return write_llama(path, seed=seed, vocab=vocab)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -164,24 +165,43 @@ def _vocab() -> tuple[list[bytes], list[float], list[int]]:
     return [t[0].encode() for t in toks], [t[1] for t in toks], [int(t[2]) for t in toks]
 
 
-def _common(w: gguf.GGUFWriter, arch: str, n_layer: int, n_ctx: int) -> int:
+@dataclass(frozen=True)
+class Vocab:
+    """A model's tokenizer: token strings, scores and types, its BOS/EOS ids and chat template."""
+
+    tokens: list[bytes]
+    scores: list[float]
+    types: list[int]
+    bos: int
+    eos: int
+    template: str
+    space_prefix: bool | None = None  # None: the tokenizer's default
+
+
+def chatml_vocab() -> Vocab:
+    """The default: the small SPM vocabulary, ChatML's control tokens and template."""
     tokens, scores, types = _vocab()
+    return Vocab(tokens, scores, types, bos=1, eos=4, template=CHATML_TEMPLATE)  # eos <|im_end|>: ends a turn
+
+
+def _header(w: gguf.GGUFWriter, vocab: Vocab, n_layer: int, n_ctx: int) -> None:
     w.add_context_length(n_ctx)
     w.add_embedding_length(N_EMBD)
     w.add_block_count(n_layer)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(4)  # <|im_end|>: a chat model ends its turn with it
+    w.add_token_list(vocab.tokens)
+    w.add_token_scores(vocab.scores)
+    w.add_token_types(vocab.types)
+    w.add_bos_token_id(vocab.bos)
+    w.add_eos_token_id(vocab.eos)
     w.add_unk_token_id(0)
     w.add_add_bos_token(False)
     w.add_add_eos_token(False)
-    w.add_chat_template(CHATML_TEMPLATE)
-    return len(tokens)
+    if vocab.space_prefix is not None:
+        w.add_add_space_prefix(vocab.space_prefix)
+    w.add_chat_template(vocab.template)
 
 
 class _Tensors:
@@ -250,9 +270,12 @@ def _write(
     n_layer: int,
     n_ctx: int,
     seed: int,
+    vocab: Vocab | None = None,
 ) -> Path:
+    vocab = vocab or chatml_vocab()
     w = gguf.GGUFWriter(str(path), arch)
-    n_vocab = _common(w, arch, n_layer, n_ctx)
+    _header(w, vocab, n_layer, n_ctx)
+    n_vocab = len(vocab.tokens)
     t = _Tensors(w, seed)
     t.add("token_embd.weight", N_EMBD, n_vocab, scale=1.0)
     t.norm("output_norm.weight", N_EMBD)
@@ -265,8 +288,8 @@ def _write(
     return path
 
 
-def write_llama(path: Path, *, n_ctx: int = 4096, seed: int = 1) -> Path:
-    """A 2-layer llama transformer (4 heads, 2 KV heads)."""
+def write_llama(path: Path, *, n_ctx: int = 4096, seed: int = 1, vocab: Vocab | None = None) -> Path:
+    """A 2-layer llama transformer (4 heads, 2 KV heads); `vocab` None: `chatml_vocab()`."""
     n_layer, n_head, n_head_kv, n_ff = 2, 4, 2, 128
 
     def body(w: gguf.GGUFWriter, t: _Tensors, _: int) -> None:
@@ -280,7 +303,7 @@ def write_llama(path: Path, *, n_ctx: int = 4096, seed: int = 1) -> Path:
             _attention(t, i, n_head, n_head_kv, N_EMBD // n_head)
             _ffn(t, i, n_ff)
 
-    return _write(path, "llama", body, n_layer=n_layer, n_ctx=n_ctx, seed=seed)
+    return _write(path, "llama", body, n_layer=n_layer, n_ctx=n_ctx, seed=seed, vocab=vocab)
 
 
 def write_mamba(path: Path, *, n_ctx: int = 4096, seed: int = 2) -> Path:
