@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import msgspec
 
 from benchmarks._report import RESULTS_DIR, emit
-from runtime.models import default_model_path
+from runtime.llama.models import default_model_path
 from runtime.testing.llama_server import LlamaServer
 from runtime.testing.workloads import PERSONAS, Messages, messages, persona, schedule, user_message
 

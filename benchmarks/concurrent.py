@@ -29,7 +29,7 @@ import anyio
 
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
-from runtime.models import default_model_path
+from runtime.llama.models import default_model_path
 
 COLUMNS = [
     "policy",

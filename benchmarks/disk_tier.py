@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks._report import emit
-from caches.disk_tier import DiskTier
+from caches.disk.tier import DiskTier
 
 MIB = 1 << 20
 

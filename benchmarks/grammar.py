@@ -20,7 +20,7 @@ import anyio
 
 from benchmarks._report import emit
 from runtime import Reply, Runtime
-from runtime.models import default_model_path
+from runtime.llama.models import default_model_path
 from runtime.testing.workloads import STRUCTURED_PROMPTS
 
 COLUMNS = ["schema", "tokens", "tok_s_plain", "tok_s_grammar", "cost_pct", "spread_pct"]

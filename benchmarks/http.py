@@ -26,8 +26,8 @@ import httpx2 as httpx
 
 from benchmarks import _workload as w
 from runtime import Runtime
-from runtime.serve.process import ServeProcess
 from runtime.testing import ScriptedBackend, workloads
+from runtime.testing.process import ServeProcess
 from sessions import MemoryStore
 
 COLUMNS = ["mode", "client", "requests", "errors", "p50_ms", "p90_ms", "overhead_ms", "req_s"]

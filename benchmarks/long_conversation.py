@@ -14,7 +14,7 @@ is what the slot computes for one conversation whose state stays in it (the prom
 with the previous prompt + generated tokens, at least one). Used to choose the keep fraction.
 
 (b) `render`: render + tokenize time of one turn (the history plus a reply and a new user message) at 10,
-100 and 1,000 messages: the per-session incremental renderer (`runtime.prompt.PromptRenderer`, state
+100 and 1,000 messages: the per-session incremental renderer (`runtime.llama.prompt.PromptRenderer`, state
 kept from the turn before) against a full render without message starts (what transformers did) and with
 them (what checkpoint models did: every prefix tokenized). Min and median of `--reps` runs (the min is
 the stable figure on a shared machine).
@@ -34,10 +34,11 @@ import anyio
 
 from benchmarks import _workload as w
 from runtime import Runtime
-from runtime.context import ContextWindow
-from runtime.engine import Engine, EngineConfig
-from runtime.models import default_model_path
-from runtime.prompt import PromptRenderer
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
+from runtime.llama.models import default_model_path
+from runtime.llama.prompt import PromptRenderer
+from runtime.loop.context import ContextWindow
 
 WINDOW_COLUMNS = [
     "policy",

@@ -22,8 +22,8 @@ from pathlib import Path
 import structlog
 
 from benchmarks._report import emit
-from caches.disk_index import scan_rank
-from caches.disk_tier import DiskTier
+from caches.disk.index import scan_rank
+from caches.disk.tier import DiskTier
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -36,7 +36,7 @@ import anyio
 
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
-from runtime.models import default_model_path
+from runtime.llama.models import default_model_path
 from runtime.testing.llama_server import LlamaServer
 
 SYSTEMS = ("turnstile", "server-np1", "server-np4")

@@ -24,7 +24,7 @@ import msgspec
 
 from benchmarks import _workload as w
 from runtime import Runtime
-from runtime.scheduler import Job, Scheduler
+from runtime.loop.scheduler import Job, Scheduler
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 

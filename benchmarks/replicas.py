@@ -23,7 +23,7 @@ from typing import Any
 import httpx2 as httpx
 
 from benchmarks._workload import write
-from runtime.models import default_model_path
+from runtime.llama.models import default_model_path
 from runtime.testing.workloads import persona
 
 COLUMNS = [
@@ -130,7 +130,7 @@ def main(argv: list[str]) -> None:
     import ray
     from ray import serve
 
-    from runtime.serve import ray as cluster
+    from runtime.serve.cluster import ray as cluster
     from tests.redis_server import free_port
 
     model = str(args.model or default_model_path())

@@ -39,10 +39,11 @@ import msgspec
 import numpy as np
 
 from benchmarks import _workload as w
-from caches.disk_tier import DiskTier
-from runtime.engine import Engine, EngineConfig
-from runtime.models import default_model_path
-from runtime.slot_state import SlotState
+from caches.disk.tier import DiskTier
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
+from runtime.llama.models import default_model_path
+from runtime.slot.state import SlotState
 
 COLUMNS = ["operation", "MB", "median_ms", "best_ms", "GB_s", "best_GB_s", "x_memcpy"]
 

@@ -4,9 +4,8 @@ Importing `caches` (or any of these modules) does not load llama.cpp; the llama_
 llama-cpp-python users is the subpackage `caches.llama_cache`, which does.
 """
 
-from caches.disk_tier import DiskTier as DiskTier
-from caches.disk_tier import DiskTierStats as DiskTierStats
-from caches.errors import DiskTierUnavailable as DiskTierUnavailable
+from caches.disk.tier import DiskTier as DiskTier
+from caches.disk.tier import DiskTierStats as DiskTierStats
 from caches.prompt_cache import Entry as Entry
 from caches.prompt_cache import PromptCache as PromptCache
 from caches.prompt_cache import PromptCacheStats as PromptCacheStats

@@ -29,8 +29,8 @@ from typing import Generic, TypeVar
 from caches.tokens import f32 as _f32
 from caches.tokens import fdiv as _fdiv
 from caches.tokens import keeps_enough, lcp
-from sessions.errors import InvalidConfig
-from sessions.log import get_logger
+from runtime.errors import InvalidConfig
+from runtime.log import get_logger
 
 __all__ = [
     "DEFAULT_LIMIT_BYTES",
@@ -52,6 +52,7 @@ S = TypeVar("S")
 
 DEFAULT_LIMIT_BYTES = 8192 << 20
 """llama-server's `--cache-ram` default: 8192 MiB."""
+
 
 def default_limit_bytes(meminfo: str = "/proc/meminfo") -> int:
     """llama-server's 8192 MiB, but at most a quarter of the memory available now (MemAvailable)."""

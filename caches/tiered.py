@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
-from caches.disk_format import Buffer
-from caches.disk_tier import DiskTier
+from caches.disk.format import Buffer
+from caches.disk.tier import DiskTier
 from caches.prompt_cache import Entry, PromptCache, pick_better
 from caches.tokens import lcp
-from sessions.log import get_logger
+from runtime.log import get_logger
 
 __all__ = ["Location", "StateCodec", "Swap", "TieredCache", "TieredCacheStats"]
 

@@ -8,33 +8,33 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
 import msgspec
 
-from caches.disk_tier import DiskTier, DiskTierStats
-from caches.errors import DiskTierUnavailable
+from caches.disk.tier import DiskTier, DiskTierStats
 from caches.prompt_cache import default_limit_bytes
-from runtime import validate as v
-from runtime.backend import LlamaBackend, SlotBackend
-from runtime.constraints import Constraints
-from runtime.context import CONTEXT_POLICIES, ContextPolicy
-from runtime.engine import Engine, EngineConfig
-from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
-from runtime.models import default_model_path
-from runtime.policy import Policy, make_policy
+from runtime.backend.protocol import SlotBackend
+from runtime.config import EngineConfig
+from runtime.errors import DiskTierUnavailable, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.log import get_logger
+from runtime.loop import validate as v
+from runtime.loop.constraints import Constraints
+from runtime.loop.context import CONTEXT_POLICIES, ContextPolicy
+from runtime.loop.policy import Policy, make_policy
+from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
+from runtime.loop.session_ops import SessionOps
+from runtime.loop.stream import Pieces, follow
+from runtime.loop.turns import Turn, TurnRunner
 from runtime.reply import Reply
-from runtime.scheduler import Job, Scheduler, SchedulerStats
-from runtime.session_ops import SessionOps
-from runtime.slot import Slot
-from runtime.stream import Pieces, follow
-from runtime.turns import Turn, TurnRunner
 from runtime.types import CacheRules, RequestKind
 from sessions import DiskStore, MemoryStore
-from sessions.log import get_logger
 from sessions.store import SessionStore
+
+if TYPE_CHECKING:
+    from runtime.llama.engine import Engine
 
 log = get_logger(__name__)
 T = TypeVar("T")
@@ -117,7 +117,7 @@ class Runtime(SessionOps):
         cache_rules "llama-server" follows its prompt cache exactly; "turnstile" (default) also keeps an entry
         that a load uses only in part, so one conversation never discards another's state.
         context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
-        of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.context`).
+        of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
         then holds only the disk tier.
@@ -138,6 +138,11 @@ class Runtime(SessionOps):
             raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
+        from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
+        from runtime.llama.engine import Engine
+        from runtime.llama.models import default_model_path
+        from runtime.slot.executor import Slot
+
         path = Path(model) if model is not None else default_model_path()
         engine = await anyio.to_thread.run_sync(Engine, path, config)
         disk: DiskTier | None = None
@@ -269,7 +274,7 @@ class Runtime(SessionOps):
     ) -> Reply:
         """The agent loop: chat, call the Python functions the model asks for, feed the results back, until
         the model answers; the final Reply carries the `steps`. `MaxStepsExceeded` after `max_steps` calls."""
-        from runtime.agent import run_agent
+        from runtime.loop.agent import run_agent
 
         return await run_agent(self, session_id, message, tools, tool_choice, max_steps, timeout, sampling)
 

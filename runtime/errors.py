@@ -1,52 +1,158 @@
-"""The runtime's typed errors. Every error turnstile raises on purpose derives from `TurnstileError`."""
+"""Every error turnstile raises on purpose, in one place, under one base (`TurnstileError`).
+
+Each error belongs to one category, and callers (the HTTP adapter, the CLI, an app) act on the category:
+
+- `BadInput` (a `ValueError`): an argument, a request body, a setting or a stored document given by the caller
+  is not valid; nothing was created, queued or changed.
+- `NotFound` (a `LookupError`): the caller named something (a session) that does not exist.
+- `Conflict`: the caller's write collides with what is stored (an id taken, a revision moved on).
+- `Busy`: the runtime is too loaded to take the request now; the same request may succeed later.
+- `Unavailable`: a part the request needs (the runtime, a store, the disk tier, a port) cannot be used.
+- `TimedOut` (a `TimeoutError`): the request's own deadline passed; nothing was committed.
+- `BadModelOutput`: the model's reply breaks the request's constraints (the model, not the caller, is at fault).
+- `DataCorrupt`: stored bytes (a session record, a state, a disk record) are not what they should be.
+- `EngineError`: llama.cpp failed (a model it cannot load, a decode it refused).
+
+This module imports nothing of the project, so every package (`sessions`, `caches`, `runtime`) may use it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sessions.errors import InvalidConfig, TurnstileError
-
 __all__ = [
+    "BadInput",
+    "BadModelOutput",
+    "BindError",
+    "Busy",
+    "Conflict",
     "ContextOverflow",
-    "DecodeError",
+    "DataCorrupt",
+    "DiskTierUnavailable",
+    "EngineError",
     "InvalidConfig",
+    "InvalidHistoryOp",
     "InvalidRequest",
+    "InvalidSampling",
+    "InvalidSession",
+    "InvalidSessionId",
     "InvalidTool",
     "InvalidToolArguments",
+    "LlamaDecodeError",
     "MaxStepsExceeded",
     "ModelLoadError",
+    "NotFound",
     "QueueFull",
     "ReplyMismatch",
     "RequestTimeout",
     "ResponseFormatError",
+    "RevisionConflict",
     "RuntimeClosed",
+    "SessionCorrupt",
+    "SessionExists",
+    "SessionNotFound",
+    "StateFormatError",
+    "StoreConfigError",
+    "StoreUnavailable",
+    "TimedOut",
     "ToolCallParseError",
     "TurnstileError",
+    "Unavailable",
+    "UnsafeRecord",
     "UnsupportedSchema",
 ]
 
 
-class ModelLoadError(TurnstileError):
-    """Raised when a model file is missing, unreadable, not a GGUF file or rejected by llama.cpp."""
+def _show(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"cannot load model {path!r}: {reason}")
-        self.path = path
+
+class TurnstileError(Exception):
+    """Base of every error turnstile raises on purpose."""
+
+
+# --- categories ----------------------------------------------------------------------------------------
+
+
+class BadInput(TurnstileError, ValueError):
+    """Raised when something the caller gave is not valid; nothing was created, queued or changed."""
+
+
+class NotFound(TurnstileError, LookupError):
+    """Raised when the caller names something that does not exist."""
+
+
+class Conflict(TurnstileError):
+    """Raised when a write collides with what is stored."""
+
+
+class Busy(TurnstileError):
+    """Raised when the runtime cannot take a request now; the same request may succeed later."""
+
+
+class Unavailable(TurnstileError):
+    """Raised when a part a request needs cannot be used (closed, unreachable, damaged, read-only)."""
+
+
+class TimedOut(TurnstileError, TimeoutError):
+    """Raised when a request's deadline passed; nothing was committed."""
+
+
+class BadModelOutput(TurnstileError):
+    """Raised when the model's reply breaks the request's constraints."""
+
+
+class DataCorrupt(TurnstileError):
+    """Raised when stored bytes are damaged or of a layout this build does not read."""
+
+
+class EngineError(TurnstileError):
+    """Raised when llama.cpp fails."""
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+
+class InvalidConfig(BadInput):
+    """Raised when a configuration value (a limit, a policy, an engine option, a log level) is not valid."""
+
+
+class InvalidRequest(BadInput):
+    """Raised before anything is queued when a request argument has the wrong type or value."""
+
+
+class InvalidSessionId(BadInput):
+    """Raised when a session id is not 1 to 128 characters of `[A-Za-z0-9._:@-]`."""
+
+    def __init__(self, session_id: object) -> None:
+        super().__init__(f"invalid session id {_show(session_id)}: want 1 to 128 characters of [A-Za-z0-9._:@-]")
+        self.session_id = session_id
+
+
+class InvalidSampling(BadInput):
+    """Raised when a sampling setting has the wrong type, is out of range, or is not a setting at all."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid sampling {field}={_show(value)}: {reason}")
+        self.field = field
+        self.value = value
         self.reason = reason
 
 
-class DecodeError(TurnstileError):
-    """Raised when llama_decode fails: 1 no KV slot, 2 aborted, -1 bad batch, < -1 fatal."""
-
-    def __init__(self, code: int, detail: str = "") -> None:
-        meaning = {1: "no KV slot for the batch", 2: "aborted", -1: "invalid batch"}.get(
-            code, "fatal error" if code < -1 else "unknown error"
-        )
-        super().__init__(f"llama_decode returned {code} ({meaning}){': ' + detail if detail else ''}")
-        self.code = code
+class InvalidSession(BadInput):
+    """Raised when a message, session value, metadata or imported document breaks the session rules."""
 
 
-class ContextOverflow(TurnstileError):
+class InvalidHistoryOp(BadInput):
+    """Raised when a history operation's index or count does not fit the session's messages."""
+
+
+class StoreConfigError(BadInput):
+    """Raised when a store is given a bad option (a URL it cannot parse, a key prefix that is not a str)."""
+
+
+class ContextOverflow(BadInput):
     """Raised before anything changes when a prompt (plus the room asked for) does not fit the context."""
 
     def __init__(self, n_prompt: int, n_ctx: int, room: int = 0) -> None:
@@ -57,27 +163,11 @@ class ContextOverflow(TurnstileError):
         self.room = room
 
 
-class QueueFull(TurnstileError):
-    """Raised at once when a request arrives while `max_queued` requests are already waiting."""
-
-
-class InvalidRequest(TurnstileError, ValueError):
-    """Raised before anything is queued when a request argument has the wrong type or value."""
-
-
-class RequestTimeout(TurnstileError, TimeoutError):
-    """Raised when a request's `timeout` passes before it finished; its session is unchanged."""
-
-
-class RuntimeClosed(TurnstileError):
-    """Raised for requests made to, or still queued in, a runtime that is closing or closed."""
-
-
-class InvalidTool(TurnstileError, ValueError):
+class InvalidTool(BadInput):
     """Raised when a tool definition, a function given as a tool, or a `tool_choice` is not usable."""
 
 
-class InvalidToolArguments(TurnstileError, ValueError):
+class InvalidToolArguments(BadInput):
     """Raised when a tool call's arguments do not validate against the tool's parameters schema."""
 
     def __init__(self, tool: str, reason: str) -> None:
@@ -86,14 +176,7 @@ class InvalidToolArguments(TurnstileError, ValueError):
         self.reason = reason
 
 
-class ToolCallParseError(TurnstileError):
-    """Raised when model output opens a tool call that is malformed, names an unknown tool or has bad arguments."""
-
-    def __init__(self, reason: str, text: str = "") -> None:
-        super().__init__(f"cannot parse the tool call: {reason}")
-        self.reason = reason
-        self.text = text
-class UnsupportedSchema(TurnstileError, ValueError):
+class UnsupportedSchema(BadInput):
     """Raised when a JSON schema is one llama.cpp's schema-to-grammar converter rejects (or has a remote $ref)."""
 
     def __init__(self, reason: str) -> None:
@@ -101,15 +184,98 @@ class UnsupportedSchema(TurnstileError, ValueError):
         self.reason = reason
 
 
-class ResponseFormatError(TurnstileError, TypeError):
+class ResponseFormatError(BadInput, TypeError):
     """Raised when a response format is not a msgspec Struct, dataclass or TypedDict type, a schema dict or "json"."""
 
 
-class ReplyMismatch(TurnstileError, ValueError):
+# --- not found, conflicts ------------------------------------------------------------------------------
+
+
+class SessionNotFound(NotFound):
+    """Raised when an operation names a session id the store does not hold."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {_show(session_id)} not found")
+        self.session_id = session_id
+
+
+class SessionExists(Conflict):
+    """Raised when creating, forking or importing onto an id the store already holds."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {_show(session_id)} already exists")
+        self.session_id = session_id
+
+
+class RevisionConflict(Conflict):
+    """Raised when a write expected a revision other than the one stored (another writer came first)."""
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(f"session {_show(session_id)}: expected revision {expected}, stored is {actual}")
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+
+
+# --- load, availability, time --------------------------------------------------------------------------
+
+
+class QueueFull(Busy):
+    """Raised at once when a request arrives while `max_queued` requests are already waiting."""
+
+
+class RuntimeClosed(Unavailable):
+    """Raised for requests made to, or still queued in, a runtime that is closing or closed."""
+
+
+class StoreUnavailable(Unavailable):
+    """Raised when a session store cannot be used: unreadable, read-only, damaged, full or unreachable."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"session store {location} is unavailable: {reason}")
+        self.location = location
+        self.reason = reason
+
+
+class DiskTierUnavailable(Unavailable):
+    """Raised when the disk tier's directory cannot be used: read-only, not a directory, a damaged cache.db."""
+
+    def __init__(self, directory: str, reason: str) -> None:
+        super().__init__(f"disk tier {directory!r} is unavailable: {reason}")
+        self.directory = directory
+        self.reason = reason
+
+
+class BindError(Unavailable):
+    """Raised when the server cannot listen on the host and port it was given (in use, not an address here)."""
+
+    def __init__(self, host: str, port: int, reason: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port}: {reason}")
+        self.host = host
+        self.port = port
+
+
+class RequestTimeout(TimedOut):
+    """Raised when a request's `timeout` passes before it finished; its session is unchanged."""
+
+
+# --- the model's output --------------------------------------------------------------------------------
+
+
+class ToolCallParseError(BadModelOutput):
+    """Raised when model output opens a tool call that is malformed, names an unknown tool or has bad arguments."""
+
+    def __init__(self, reason: str, text: str = "") -> None:
+        super().__init__(f"cannot parse the tool call: {reason}")
+        self.reason = reason
+        self.text = text
+
+
+class ReplyMismatch(BadModelOutput, ValueError):
     """Raised when a reply's text is not JSON or does not match the response format's schema or type."""
 
 
-class MaxStepsExceeded(TurnstileError):
+class MaxStepsExceeded(BadModelOutput):
     """Raised by `Runtime.run` when the model still calls tools after `max_steps` calls; carries the steps."""
 
     def __init__(self, max_steps: int, steps: tuple[Any, ...], last: Any) -> None:
@@ -117,3 +283,51 @@ class MaxStepsExceeded(TurnstileError):
         self.max_steps = max_steps
         self.steps = steps  # the `Step`s taken
         self.last = last  # the last `Reply` (its tool calls were not run)
+
+
+# --- stored data ---------------------------------------------------------------------------------------
+
+
+class SessionCorrupt(DataCorrupt):
+    """Raised when a stored session record cannot be read whole or decoded into a valid session."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {_show(session_id)} is corrupt: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class UnsafeRecord(DataCorrupt):
+    """Raised when a stored row would have to be unpickled to be read (or written); it never is."""
+
+
+class StateFormatError(DataCorrupt, ValueError):
+    """Raised when stored state bytes (a slot state, a disk record, a llama_cache value) are not usable;
+    `reason` says why (`truncated`, `checksum`, `fingerprint` …)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+# --- llama.cpp -----------------------------------------------------------------------------------------
+
+
+class ModelLoadError(EngineError):
+    """Raised when a model file is missing, unreadable, not a GGUF file or rejected by llama.cpp."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot load model {path!r}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class LlamaDecodeError(EngineError):
+    """Raised when llama_decode fails: 1 no KV slot, 2 aborted, -1 bad batch, < -1 fatal."""
+
+    def __init__(self, code: int, detail: str = "") -> None:
+        meaning = {1: "no KV slot for the batch", 2: "aborted", -1: "invalid batch"}.get(
+            code, "fatal error" if code < -1 else "unknown error"
+        )
+        super().__init__(f"llama_decode returned {code} ({meaning}){': ' + detail if detail else ''}")
+        self.code = code

@@ -53,4 +53,3 @@ class Reply(msgspec.Struct, frozen=True):
     parsed: Any = None  # structured output: the decoded, validated reply (None if cut by max_tokens)
     tool_calls: tuple[ToolCall, ...] = ()  # finish_reason "tool_calls": the calls the model made
     steps: tuple[Step, ...] = ()  # `Runtime.run`: the tool calls made on the way, with their results
-

@@ -6,7 +6,11 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-__all__ = ["CacheRules", "CacheSource", "FinishReason", "RequestKind"]
+__all__ = ["MAX_SESSIONS", "CacheRules", "CacheSource", "FinishReason", "RequestKind"]
+
+MAX_SESSIONS = 64
+"""Sessions whose rendered prompt is kept (a state holds the prompt's messages, its text and tokens: about
+40 bytes per token, kept as a list so that a prompt is a copy of pointers, not new ints)."""
 
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]

@@ -2,9 +2,7 @@
 history operations on them. Knows nothing of llama.cpp.
 """
 
-from sessions import history
-from sessions.disk import DiskStore
-from sessions.errors import (
+from runtime.errors import (
     InvalidHistoryOp,
     InvalidSampling,
     InvalidSession,
@@ -17,6 +15,8 @@ from sessions.errors import (
     StoreUnavailable,
     TurnstileError,
 )
+from sessions import history
+from sessions.disk import DiskStore
 from sessions.model import Message, Role, Sampling, Session, check_session_id
 from sessions.store import MemoryStore, SessionStore
 

@@ -20,15 +20,15 @@ from typing import Any, Protocol, Self, TypeVar
 
 import msgspec
 
-from sessions import history
-from sessions.errors import (
+from runtime.errors import (
     InvalidSession,
     RevisionConflict,
     SessionCorrupt,
     SessionExists,
     SessionNotFound,
 )
-from sessions.log import get_logger
+from runtime.log import get_logger
+from sessions import history
 from sessions.model import ContextPolicy, Sampling, Session, check_session_id, validate
 from sessions.record import decode_record
 

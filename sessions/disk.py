@@ -22,9 +22,9 @@ from contextlib import contextmanager
 
 import diskcache
 
+from runtime.errors import InvalidSessionId, StoreUnavailable, UnsafeRecord
+from runtime.log import get_logger
 from sessions.base import LockedStore
-from sessions.errors import InvalidSessionId, StoreUnavailable, UnsafeRecord
-from sessions.log import get_logger
 from sessions.model import Session, check_session_id
 from sessions.raw_disk import RawDisk
 from sessions.record import encode_record

@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from sessions.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
+from runtime.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
 from sessions.model import Message, Sampling, Session, ToolCall, check_session_id
 
 FORMAT = "turnstile.session/1"
@@ -276,7 +276,7 @@ def import_(data: str | bytes, *, new_id: str | None = None, now: float | None =
         check_session_id(new_id)
     try:
         parsed = msgspec.json.decode(data, type=_Document | list[_WireMessage])
-    except msgspec.DecodeError as err:  # ValidationError is a DecodeError
+    except msgspec.DecodeError as err:  # ValidationError is a LlamaDecodeError
         raise InvalidSession(f"not a session document: {err}") from None
     doc = _Document(messages=parsed) if isinstance(parsed, list) else parsed
     if doc.format != FORMAT:

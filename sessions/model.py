@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from sessions.errors import InvalidSampling, InvalidSession, InvalidSessionId
+from runtime.errors import InvalidSampling, InvalidSession, InvalidSessionId
 
 Role = Literal["system", "user", "assistant", "tool"]
 ContextPolicy = Literal["error", "window"]  # what a turn does when the history outgrows the context

@@ -13,7 +13,7 @@ from typing import Any
 
 import diskcache
 
-from sessions.errors import UnsafeRecord
+from runtime.errors import UnsafeRecord
 
 __all__ = ["RawDisk"]
 

@@ -18,7 +18,7 @@ import zlib
 
 import msgspec
 
-from sessions.errors import SessionCorrupt, TurnstileError
+from runtime.errors import SessionCorrupt, TurnstileError
 from sessions.model import Session
 
 __all__ = ["HEADER_SIZE", "MAGIC", "VERSION", "decode_record", "encode_record", "has_header"]

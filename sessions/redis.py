@@ -20,9 +20,9 @@ from typing import Any
 
 import redis
 
+from runtime.errors import InvalidSessionId, StoreConfigError, StoreUnavailable
+from runtime.log import get_logger
 from sessions.base import Records, StoreBase, T
-from sessions.errors import InvalidSessionId, StoreConfigError, StoreUnavailable
-from sessions.log import get_logger
 from sessions.model import Session, check_session_id
 from sessions.record import encode_record
 

@@ -11,10 +11,11 @@ first turn), so every turn of a conversation, before and after a restart, sees t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["KEEP", "Window", "plan", "turn_starts"]
+__all__ = ["KEEP", "Window", "common_prefix", "plan", "turn_starts"]
 
 KEEP = 0.2
 """After a cut the kept turns before the newest fill at most this fraction of the budget. Chosen by the
@@ -61,3 +62,14 @@ def plan(turn_sizes: Sequence[int], fixed: int, budget: int, keep: float = KEEP)
             first += 1
     fits = fixed + total <= budget
     return Window(first, fits)
+
+
+def common_prefix(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> int:
+    """How many messages `a` and `b` share from the start."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    i = 0
+    while a[i] == b[i]:
+        i += 1
+    return i

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.engine import Engine, EngineConfig
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
 from runtime.testing.tiny_models import write_all
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)

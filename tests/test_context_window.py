@@ -8,13 +8,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import structlog
 
 from runtime import ContextOverflow, Runtime
-from runtime.errors import InvalidConfig, InvalidRequest
+from runtime.errors import InvalidConfig, InvalidRequest, InvalidSession
+from runtime.log import capture_logs
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore, history
-from sessions.errors import InvalidSession
 from sessions.window import plan, turn_starts
 
 # --- the planner ------------------------------------------------------------------------------------
@@ -81,7 +80,7 @@ async def scripted(**kw: Any) -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
 async def test_window_drops_whole_turns_in_large_steps() -> None:
     async with scripted() as (rt, _backend):
         await rt.create_session("w", system="S", context="window")
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             replies = [await rt.chat("w", f"q{t}", **GEN) for t in range(10)]
         # prompt = 10 + 29 t + 20 until it passes 100 (t = 3); the cut keeps only the newest turn (keep 25)
         assert [r.usage.dropped_messages for r in replies] == [0, 0, 0, 6, 6, 6, 12, 12, 12, 18]

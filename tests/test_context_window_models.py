@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from runtime import ContextOverflow, Reply, Runtime
-from runtime.chat_template import RenderedChat
+from runtime.backend.protocol import RenderedChat
 
 GEN: dict[str, Any] = {"max_tokens": 8, "temperature": 0.0}
 

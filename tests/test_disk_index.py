@@ -1,4 +1,4 @@
-"""The disk tier's token trie (`caches.disk_index.TokenIndex`) against the reference scan (`scan_rank`)."""
+"""The disk tier's token trie (`caches.disk.index.TokenIndex`) against the reference scan (`scan_rank`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from caches.disk_index import TokenIndex, scan_rank
+from caches.disk.index import TokenIndex, scan_rank
 
 
 def test_best_keeps_the_most_then_the_shortest_then_the_smallest_digest() -> None:

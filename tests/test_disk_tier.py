@@ -13,10 +13,10 @@ from typing import Any
 
 import diskcache
 import pytest
-from structlog.testing import capture_logs
 
-from caches.disk_format import KIND_INDEX, KIND_STATE, PartsReader, RecordError, decode, encode
-from caches.disk_tier import DiskTier, DiskTierStats
+from caches.disk.format import KIND_INDEX, KIND_STATE, PartsReader, StateFormatError, decode, encode
+from caches.disk.tier import DiskTier, DiskTierStats
+from runtime.log import capture_logs
 
 FP = "model-sha256:0123abcd"
 SETTINGS = "n_ctx=8192;type_k=f16;type_v=f16"
@@ -259,7 +259,7 @@ def test_two_threads_lose_nothing(tmp_path: Path) -> None:
 
 _WRITER = """
 import sys
-from caches.disk_tier import DiskTier
+from caches.disk.tier import DiskTier
 base = int(sys.argv[2])
 with DiskTier(sys.argv[1], fingerprint=sys.argv[3], settings=sys.argv[4]) as t:
     for i in range(15):
@@ -307,7 +307,7 @@ def test_record_format_round_trip_and_checks() -> None:
     }
     for reason, (data, kw) in cases.items():
         args: dict[str, object] = {"kind": KIND_STATE, "fingerprint": FP, "settings": SETTINGS, **kw}
-        with pytest.raises(RecordError) as err:
+        with pytest.raises(StateFormatError) as err:
             decode(io.BytesIO(data), len(data), **args)  # type: ignore[arg-type]
         assert err.value.reason == reason
 

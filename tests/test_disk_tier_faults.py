@@ -14,13 +14,12 @@ from typing import Any
 
 import diskcache
 import pytest
-from structlog.testing import capture_logs
 
-import caches.disk_tier as disk_tier_module
-from caches.disk_format import PartsReader
-from caches.disk_tier import DiskTier
-from caches.errors import DiskTierUnavailable
-from sessions.errors import TurnstileError
+import caches.disk.tier as disk_tier_module
+from caches.disk.format import PartsReader
+from caches.disk.tier import DiskTier
+from runtime.errors import DiskTierUnavailable, TurnstileError
+from runtime.log import capture_logs
 
 FP = "model-sha256:0123abcd"
 SETTINGS = "n_ctx=8192"
@@ -53,7 +52,7 @@ class Planted:
 
 
 def digest_of(t: DiskTier, tokens: list[int]) -> str:
-    from caches.disk_format import tokens_to_bytes
+    from caches.disk.format import tokens_to_bytes
 
     return t._digest(tokens_to_bytes(tokens))
 
@@ -245,8 +244,8 @@ def test_reopening_with_a_lower_limit_evicts_down_to_it(tmp_path: Path) -> None:
 
 _KILLED_WRITER = """
 import os, signal, sys
-import caches.disk_tier as m
-from caches.disk_format import PartsReader
+import caches.disk.tier as m
+from caches.disk.format import PartsReader
 
 class Dies(PartsReader):
     def read(self, n=-1):

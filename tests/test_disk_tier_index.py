@@ -18,10 +18,10 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from caches import disk_store
-from caches.disk_format import KIND_INDEX, KIND_STATE, record_size, tokens_to_bytes
-from caches.disk_index import scan_rank
-from caches.disk_tier import DiskTier
+from caches.disk import store as disk_store
+from caches.disk.format import KIND_INDEX, KIND_STATE, record_size, tokens_to_bytes
+from caches.disk.index import scan_rank
+from caches.disk.tier import DiskTier
 
 FP = "model-sha256:0123abcd"
 SETTINGS = "n_ctx=8192"

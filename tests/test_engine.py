@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.engine import Engine, MemoryKind
 from runtime.errors import ContextOverflow, ModelLoadError
+from runtime.llama.engine import Engine, MemoryKind
 from runtime.testing.tiny_models import KINDS
 
 ARCHS = ["llama", "mamba", "jamba", "gemma3"]
@@ -155,7 +155,7 @@ def test_render_finds_message_starts(tiny_llama: Path, make_engine: Callable[...
 
 
 def test_incremental_detokenizer_is_utf8_safe() -> None:
-    from runtime.detok import IncrementalText
+    from runtime.slot.detok import IncrementalText
 
     d = IncrementalText()
     data = "héllo ✓".encode()

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from structlog.testing import capture_logs
 
 from caches.llama_cache import HybridCheckpoint, HybridCheckpointCache
 from caches.llama_cache.hybrid_checkpoint import close_context_caches, registered_caches
-from runtime.engine import Engine
+from runtime.llama.engine import Engine
+from runtime.log import capture_logs
 
 TEXT = "hello world the cat and the dog tell me a story about the sea and the ship " * 2
 OTHER = "yes no maybe okay thanks please sure what why how when where who"

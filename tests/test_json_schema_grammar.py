@@ -16,7 +16,6 @@ import llama_cpp
 import msgspec
 import pytest
 
-from runtime.engine import Engine
 from runtime.errors import ReplyMismatch, ResponseFormatError, TurnstileError, UnsupportedSchema
 from runtime.grammar import (
     CHATML_GENERATION_PROMPT,
@@ -28,6 +27,7 @@ from runtime.grammar import (
     schema_for,
     validate,
 )
+from runtime.llama.engine import Engine
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "llama_json_schema_vectors.json").read_text("utf-8"))
 CASES: list[dict[str, Any]] = VECTORS["cases"]

@@ -14,7 +14,6 @@ import llama_cpp.llama_cache
 import numpy as np
 import pytest
 from llama_cpp.llama import LlamaState
-from structlog.testing import capture_logs
 
 import caches
 import caches.llama_cache
@@ -30,6 +29,7 @@ from caches.llama_cache import (
 )
 from caches.llama_cache.base import common_prefix_len
 from caches.llama_cache.disk import decode_key, decode_state, encode_key, encode_state
+from runtime.log import capture_logs
 
 
 class Fake:

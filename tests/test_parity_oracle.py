@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.backend import SlotRequest
-from runtime.engine import Engine, EngineConfig
-from runtime.slot import Slot
+from runtime.backend.protocol import SlotRequest
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
+from runtime.slot.executor import Slot
 from runtime.testing import workloads as _workload
 from runtime.testing.llama_server import LlamaServer
 from sessions import Sampling

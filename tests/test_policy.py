@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from runtime.errors import QueueFull
-from runtime.policy import Affinity, Fifo, make_policy
-from runtime.scheduler import Job, Scheduler
+from runtime.loop.policy import Affinity, Fifo, make_policy
+from runtime.loop.scheduler import Job, Scheduler
 
 
 @dataclass

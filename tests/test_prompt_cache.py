@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from caches.prompt_cache import (
     DEFAULT_LIMIT_BYTES,
@@ -21,6 +20,7 @@ from caches.prompt_cache import (
     plan_update,
     update_due,
 )
+from runtime.log import capture_logs
 
 
 def toks(*runs: tuple[int, int]) -> list[int]:

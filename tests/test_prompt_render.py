@@ -1,4 +1,4 @@
-"""The incremental renderer (`runtime.prompt`) equals a full render on every template the tests have."""
+"""The incremental renderer (`runtime.llama.prompt`) equals a full render on every template the tests have."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
-from runtime.chat_template import ChatTemplate, RenderedChat
-from runtime.engine import Engine
-from runtime.prompt import PromptRenderer
+from runtime.backend.protocol import RenderedChat
+from runtime.llama.chat_template import ChatTemplate
+from runtime.llama.engine import Engine
+from runtime.llama.prompt import PromptRenderer
+from runtime.log import capture_logs
 from runtime.testing.tiny_models import CHATML_TEMPLATE
 
 GEMMA_TEMPLATE = (
@@ -155,7 +156,7 @@ def test_a_template_that_depends_on_position_falls_back_to_full_renders(engines:
     tpl = template_for(eng, NUMBERED_TEMPLATE)
     r = renderer(tpl, eng)
     msgs = conversation(random.Random(3), 6)
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         for end in range(1, len(msgs) + 1, 2):
             same(r.render(msgs[:end], "s"), tpl.render(msgs[:end]))
     assert not r.incremental

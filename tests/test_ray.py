@@ -20,8 +20,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from runtime.serve import ray as cluster  # noqa: E402
-from runtime.serve.affinity import conversation_key, order  # noqa: E402
+from runtime.serve.cluster import ray as cluster  # noqa: E402
+from runtime.serve.cluster.affinity import conversation_key, order  # noqa: E402
 from sessions.redis import RedisStore  # noqa: E402
 from tests.redis_server import RedisServer, free_port, running_redis  # noqa: E402
 

@@ -11,9 +11,9 @@ import pytest
 
 from runtime.api import Runtime
 from runtime.errors import InvalidConfig
-from runtime.serve import app as make_app
-from runtime.serve.affinity import Placements, conversation_key, order, routing_key, score
-from runtime.serve.relay import REPLICA_HEADER, Forwarder, drive, forwarded_scope
+from runtime.serve.cluster.affinity import Placements, conversation_key, order, routing_key, score
+from runtime.serve.cluster.relay import REPLICA_HEADER, Forwarder, drive, forwarded_scope
+from runtime.serve.http import app as make_app
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 

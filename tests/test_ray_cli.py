@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from runtime.serve.process import ServeProcess
+from runtime.testing.process import ServeProcess
 from sessions.redis import RedisStore
 from tests.redis_server import running_redis
 

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from runtime.api import Runtime
-from runtime.errors import InvalidConfig
+from runtime.errors import InvalidConfig, StoreConfigError
 from sessions import MemoryStore
-from sessions.errors import StoreConfigError
 from sessions.redis import RedisStore
 from tests.redis_server import running_redis
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import anyio
 import pytest
-import structlog
 
 from runtime import ContextOverflow, Reply, Runtime
+from runtime.log import capture_logs
 from sessions import InvalidSampling, InvalidSessionId, SessionNotFound
 
 OPTS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1, "cache_ram_mib": 256}
@@ -87,7 +87,7 @@ async def test_random_cancellations_leave_no_trace(tiny_llama: Path) -> None:
                 async for _piece in it:
                     break
 
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stream_then_leave)
                 for s in range(n_s):
@@ -165,7 +165,7 @@ async def test_regenerate_edit_undo_fork(tiny_llama: Path) -> None:
 
 async def test_events_carry_session_and_request_ids(tiny_llama: Path) -> None:
     async with Runtime.open(tiny_llama, **OPTS) as rt:
-        with structlog.testing.capture_logs() as logs:
+        with capture_logs() as logs:
             r = await rt.chat("ev", "hello", **GEN)
     names = [e["event"] for e in logs]
     for needed in (

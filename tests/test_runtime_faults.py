@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import structlog
 
 from runtime import Runtime
+from runtime.log import capture_logs
 from sessions import StoreUnavailable
 
 OPTS = {"n_ctx": 512, "n_threads": 1, "cache_ram_mib": 16}
@@ -16,7 +16,7 @@ OPTS = {"n_ctx": 512, "n_threads": 1, "cache_ram_mib": 16}
 
 async def test_unusable_states_directory_runs_without_the_disk_tier(tiny_llama: Path, tmp_path: Path) -> None:
     (tmp_path / "states").write_bytes(b"not a directory")
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         async with Runtime.open(tiny_llama, data_dir=tmp_path, **OPTS) as rt:
             reply = await rt.chat("a", "hello", max_tokens=4, temperature=0.0)
             assert rt.stats().disk is None

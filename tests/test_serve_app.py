@@ -13,11 +13,11 @@ import httpx2 as httpx
 import pytest
 
 from runtime import Reply, Runtime
-from runtime.serve import app as make_app
-from runtime.serve.convert import TOOLS_SUPPORTED
+from runtime.errors import SessionNotFound
+from runtime.serve.http import app as make_app
+from runtime.serve.http.convert import TOOLS_SUPPORTED
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
-from sessions.errors import SessionNotFound
 
 HI = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}]
 
@@ -463,9 +463,17 @@ async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyP
 
 
 def test_error_mapping() -> None:
-    from runtime.errors import ContextOverflow, DecodeError, QueueFull, ReplyMismatch, RequestTimeout, RuntimeClosed
-    from runtime.serve.errors import to_api_error
-    from sessions.errors import InvalidSampling, StoreUnavailable
+    from runtime.errors import (
+        ContextOverflow,
+        InvalidSampling,
+        LlamaDecodeError,
+        QueueFull,
+        ReplyMismatch,
+        RequestTimeout,
+        RuntimeClosed,
+        StoreUnavailable,
+    )
+    from runtime.serve.http.errors import to_api_error
 
     cases = [
         (ContextOverflow(10, 5), 400, "context_length_exceeded"),
@@ -475,7 +483,7 @@ def test_error_mapping() -> None:
         (StoreUnavailable("/x", "read-only"), 503, "unavailable"),
         (RequestTimeout("slow"), 504, "request_timeout"),
         (ReplyMismatch("not JSON"), 500, "invalid_model_output"),
-        (DecodeError(-3), 500, "DecodeError"),
+        (LlamaDecodeError(-3), 500, "LlamaDecodeError"),
         (RuntimeError("bug"), 500, "internal_error"),
     ]
     assert [(to_api_error(e).status, to_api_error(e).code) for e, _, _ in cases] == [(s, c) for _, s, c in cases]

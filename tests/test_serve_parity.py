@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from runtime.serve.process import ServeProcess
 from runtime.testing import workloads
 from runtime.testing.llama_server import LlamaServer
+from runtime.testing.process import ServeProcess
 
 ENV = "TURNSTILE_LLAMA_SERVER"
 _BINARY = os.environ.get(ENV, "")

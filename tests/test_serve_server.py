@@ -21,7 +21,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from runtime import Reply, Runtime
-from runtime.serve.process import ServeProcess
+from runtime.testing.process import ServeProcess
 from sessions import DiskStore
 
 KEY = "test-key"

@@ -14,8 +14,8 @@ from pathlib import Path
 import diskcache
 import msgspec
 import pytest
-import structlog
 
+from runtime.log import capture_logs
 from sessions import DiskStore, Sampling, Session, SessionCorrupt, SessionNotFound
 from sessions.record import HEADER_SIZE, encode_record
 
@@ -88,7 +88,7 @@ def test_damaged_record_raises_session_corrupt(tmp_path: Path, damage: bytes) ->
         store.create("s")
         store.create("ok")
         raw_set(tmp_path, "s", damage)
-        with structlog.testing.capture_logs() as logs, pytest.raises(SessionCorrupt) as info:
+        with capture_logs() as logs, pytest.raises(SessionCorrupt) as info:
             store.get("s")
         assert info.value.session_id == "s"
         assert logs[0]["event"] == "session.corrupt" and logs[0]["session_id"] == "s"

@@ -23,11 +23,11 @@ from typing import Any
 import diskcache
 import msgspec
 import pytest
-import structlog
 
+from runtime.errors import StoreUnavailable
+from runtime.log import capture_logs
 from sessions import DiskStore, Message, Sampling, Session, SessionCorrupt, SessionNotFound
 from sessions.base import StoreBase
-from sessions.errors import StoreUnavailable
 from sessions.record import HEADER_SIZE, MAGIC, decode_record, encode_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ def test_a_pickled_row_is_corrupt_and_never_unpickled(tmp_path: Path) -> None:
     plant(tmp_path, "d", {"id": "d"})
     with DiskStore(tmp_path) as store:
         for sid in ("s", "d"):
-            with structlog.testing.capture_logs() as logs, pytest.raises(SessionCorrupt) as info:
+            with capture_logs() as logs, pytest.raises(SessionCorrupt) as info:
                 store.get(sid)
             assert info.value.session_id == sid and "pickle" in info.value.reason
             assert logs == [
@@ -124,7 +124,7 @@ def test_a_pickled_key_is_skipped_and_reported_never_unpickled(tmp_path: Path) -
     plant(tmp_path, Boom(marker), b"x")
     plant(tmp_path, b"bytes-key", b"x")
     plant(tmp_path, "not a session id!", b"x")
-    with DiskStore(tmp_path) as store, structlog.testing.capture_logs() as logs:
+    with DiskStore(tmp_path) as store, capture_logs() as logs:
         assert store.list() == ["ok"]
         assert store.get("ok").id == "ok"
     assert not marker.exists()

@@ -17,12 +17,12 @@ from pathlib import Path
 import msgspec
 import pytest
 import redis
-import structlog
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from runtime.errors import StoreConfigError, StoreUnavailable
+from runtime.log import capture_logs
 from sessions import RevisionConflict, Session, SessionCorrupt, SessionNotFound
-from sessions.errors import StoreConfigError, StoreUnavailable
 from sessions.record import MAGIC, encode_record
 from sessions.redis import DEFAULT_PREFIX, RedisStore
 from tests.redis_server import RedisServer, free_port, running_redis, start_redis
@@ -89,7 +89,7 @@ def test_keys_that_are_not_session_ids_are_skipped(store: RedisStore, client: re
     store.create("ok")
     client.set(b"turnstile:session:not an id", b"x")
     client.set(b"turnstile:session:\xff", b"x")
-    with structlog.testing.capture_logs() as logs:
+    with capture_logs() as logs:
         assert store.list() == ["ok"]
     assert sorted(e["key"] for e in logs if e["event"] == "store.bad_key") == sorted(
         [repr(b"turnstile:session:not an id"), repr(b"turnstile:session:\xff")]
@@ -183,7 +183,7 @@ def test_damaged_records_are_corrupt_and_the_rest_unaffected(store: RedisStore, 
         "hash": "not a string",
     }
     for sid, reason in reasons.items():
-        with structlog.testing.capture_logs() as logs, pytest.raises(SessionCorrupt, match=reason) as info:
+        with capture_logs() as logs, pytest.raises(SessionCorrupt, match=reason) as info:
             store.get(sid)
         assert info.value.session_id == sid and logs[0]["event"] == "session.corrupt"
         with pytest.raises(SessionCorrupt):

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from caches.disk_tier import DiskTier
+from caches.disk.tier import DiskTier
 from caches.prompt_cache import lcp
-from runtime.backend import SlotRequest, SlotResult
-from runtime.engine import Engine, EngineConfig
+from runtime.backend.protocol import SlotRequest, SlotResult
+from runtime.config import EngineConfig
 from runtime.errors import ContextOverflow
-from runtime.slot import Slot
+from runtime.llama.engine import Engine
+from runtime.slot.executor import Slot
 from sessions import Sampling
 
 GREEDY = Sampling(temperature=0.0)

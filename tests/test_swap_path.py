@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from caches.buffers import STATE_BUFFERS, BufferPool
-from caches.disk_format import KIND_INDEX, KIND_STATE, Buffer, decode, encode, record_size
-from caches.disk_tier import DiskTier
-from runtime.engine import Engine
-from runtime.slot import _StateCodec
-from runtime.slot_state import MAGIC, Checkpoint, SlotState, StateFormatError
+from caches.disk.format import KIND_INDEX, KIND_STATE, Buffer, decode, encode, record_size
+from caches.disk.tier import DiskTier
+from runtime.llama.engine import Engine
+from runtime.slot.executor import _StateCodec
+from runtime.slot.state import MAGIC, Checkpoint, SlotState, StateFormatError
 
 FP = "fp-swap"
 SETTINGS = "n_ctx=1024"

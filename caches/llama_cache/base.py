@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import llama_cpp.llama_cache as _upstream
 
 from caches.tokens import lcp
-from sessions.log import get_logger
+from runtime.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState

@@ -41,7 +41,8 @@ import numpy as np
 
 from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len
 from caches.tokens import tokens_from_bytes, tokens_to_bytes
-from sessions.log import get_logger
+from runtime.errors import StateFormatError
+from runtime.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState
@@ -57,14 +58,6 @@ _CRC = struct.Struct("<I")
 
 _I32 = np.dtype("<i4")
 _F32 = np.dtype("<f4")
-
-
-class StateFormatError(ValueError):
-    """A stored value that is not a usable state; `reason` says why (`checksum`, `truncated` …)."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 def encode_key(tokens: Sequence[int]) -> bytes:

@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 import llama_cpp
 
 from caches.llama_cache.base import BaseLlamaCache
-from sessions.log import get_logger
+from runtime.log import get_logger
 
 __all__ = ["HybridCheckpoint", "HybridCheckpointCache", "close_context_caches", "registered_caches"]
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
 from caches.llama_cache.disk import LlamaDiskCache
 from caches.llama_cache.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
-from sessions.log import get_logger
+from runtime.log import get_logger
 
 if TYPE_CHECKING:
     from llama_cpp.llama import LlamaState

@@ -21,8 +21,8 @@ from runtime.cli import demo as cli_demo
 from runtime.cli import serve as cli_serve
 from runtime.cli.term import is_tty
 from runtime.errors import ModelLoadError, TurnstileError
-from runtime.logs import configure_logging
-from runtime.models import DEFAULT_FILE, INSTALL_HINT, default_model_path
+from runtime.llama.models import DEFAULT_FILE, INSTALL_HINT, default_model_path
+from runtime.log import configure_logging
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 

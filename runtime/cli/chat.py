@@ -18,9 +18,8 @@ import anyio.lowlevel
 
 from runtime.api import Runtime
 from runtime.cli.term import Progress, Style, is_tty, seconds, size, wants_colour
-from runtime.errors import TurnstileError
+from runtime.errors import SessionNotFound, TurnstileError
 from runtime.reply import Reply
-from sessions.errors import SessionNotFound
 
 HELP = """\
 commands:

@@ -67,7 +67,7 @@ def open_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str,
 
 async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Deploy, print the ready line, wait for SIGTERM / SIGINT, then delete the application."""
-    from runtime.serve import ray as cluster
+    from runtime.serve.cluster import ray as cluster
 
     app = cluster.application(
         open_options(args, options),

@@ -94,7 +94,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
     if args.replicas is not None:
         return await cluster.run(args, options)
-    from runtime.serve.server import serve
+    from runtime.serve.http.server import serve
 
     def ready(url: str) -> None:
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")

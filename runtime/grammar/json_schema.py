@@ -48,7 +48,7 @@ from runtime.grammar.schema_nodes import (
     StringNode,
     TupleNode,
 )
-from sessions.log import get_logger
+from runtime.log import get_logger
 
 __all__ = ["SchemaConverter", "json_schema_to_grammar"]
 

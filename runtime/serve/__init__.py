@@ -1,9 +1,4 @@
-"""turnstile behind an OpenAI-compatible HTTP API: `runtime.serve.app(rt)` is the ASGI app (Starlette),
-`runtime.serve.server.serve(...)` runs it with uvicorn (the `turnstile serve` command). Needs the
-`serve` extra (starlette, uvicorn)."""
-
-from runtime.serve.app import DEFAULT_MAX_BODY_BYTES, app, build
-from runtime.serve.errors import ApiError
-from runtime.serve.state import ServeState
-
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ApiError", "ServeState", "app", "build"]
+"""turnstile over HTTP and across processes. `runtime.serve.http` is the OpenAI-compatible HTTP API
+(Starlette + uvicorn, the `serve` extra): `runtime.serve.http.app(rt)` is the ASGI app, `runtime.serve.http.
+server.serve(...)` runs it (the `turnstile serve` command). `runtime.serve.cluster` runs replicas on Ray
+Serve with an affinity router (the `cluster` extra). Importing this package loads neither."""

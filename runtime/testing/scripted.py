@@ -26,13 +26,11 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
-from caches.disk_tier import DiskTierStats
+from caches.disk.tier import DiskTierStats
 from caches.tiered import Location
 from caches.tokens import lcp
-from runtime.backend import SlotRequest, SlotResult
-from runtime.chat_template import RenderedChat
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
 from runtime.errors import ContextOverflow, InvalidRequest
-from runtime.sampler import GrammarSpec
 from runtime.tools import GenericFormat, ToolFormat
 from runtime.types import FinishReason
 

@@ -8,9 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import InvalidToolArguments, ToolCallParseError
+from runtime.errors import InvalidSession, InvalidToolArguments, ToolCallParseError
 from runtime.tools.spec import Tool
-from sessions.errors import InvalidSession
 from sessions.model import ToolCall
 
 __all__ = ["ParsedReply", "decode_json_prefix", "make_call", "new_call_id"]

@@ -26,11 +26,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from runtime.errors import InvalidTool, ToolCallParseError
+from runtime.log import get_logger
 from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, decode_json_prefix, make_call
 from runtime.tools.grammar import GrammarBuilder, ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice
-from sessions.log import get_logger
 
 __all__ = ["RESPOND", "TOOLS_INTRO", "GenericFormat", "add_system", "tool_call_example"]
 

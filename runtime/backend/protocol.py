@@ -1,0 +1,140 @@
+"""What the Runtime needs from the slot side (`SlotBackend`) and the data that crosses between the two:
+the request and result, the grammar a request carries and a rendered chat. No llama.cpp here.
+
+`runtime.backend.llama.LlamaBackend` is the real implementation (an engine, its chat template, the slot and
+its tiered cache); `runtime.testing.ScriptedBackend` the other one: scripted replies and gates, no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from caches.disk.tier import DiskTierStats
+from caches.tiered import Location
+from runtime.tools import ToolFormat
+from runtime.types import CacheSource, FinishReason
+from sessions import Sampling
+
+__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult"]
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A GBNF grammar for one request: data the sampler consumes (the slot knows nothing of its meaning)."""
+
+    gbnf: str
+    lazy: bool = False  # applies only from a trigger on (tool-call openers), so plain text is unconstrained
+    trigger_patterns: tuple[str, ...] = ()  # regexes (llama.cpp's lazy grammar patterns)
+    trigger_tokens: tuple[int, ...] = ()
+    prefill: str = ""  # text fed to the grammar before generation (not for lazy grammars)
+
+
+@dataclass(frozen=True)
+class RenderedChat:
+    """A chat rendered with the model's template and tokenized, with where each message starts."""
+
+    text: str
+    tokens: list[int]
+    message_starts: list[int]  # token index where message i starts (same order as the messages)
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def user_starts(self) -> list[int]:
+        return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
+
+
+@dataclass
+class SlotRequest:
+    """One completion for the slot: a tokenized prompt and how to generate."""
+
+    prompt: Sequence[int]
+    sampling: Sampling = field(default_factory=Sampling)  # max_tokens None: until the context is full
+    user_starts: Sequence[int] = ()  # token index of each user message (checkpoint boundaries)
+    reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
+    cancel: Callable[[], bool] = lambda: False
+    on_piece: Callable[[str], None] | None = None
+    request_id: int = 0
+    session_id: str = ""
+    grammar: GrammarSpec | None = None  # constrains decoding (structured output, tool calls)
+
+
+@dataclass(frozen=True)
+class SlotResult:
+    """What a request did: its text and where every token came from."""
+
+    text: str
+    finish_reason: FinishReason
+    tokens: list[int]  # generated tokens (an end-of-generation token included)
+    prompt_tokens: int
+    cached_tokens: int  # llama-server's cache_n
+    prefilled_tokens: int  # llama-server's prompt_n
+    cache_source: CacheSource
+    bytes_saved: int
+    bytes_restored: int
+    t_cache: float
+    t_prefill: float
+    t_decode: float
+    t_first_token: float | None  # seconds from start to the first generated token
+    dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.tokens)
+
+
+class SlotBackend(Protocol):
+    """The slot side of a Runtime. `prepare`, `run` and `close` run in the one worker thread;
+    `locate`, `state_key`, `stats` and `disk_stats` are read on the event loop between requests."""
+
+    n_ctx: int
+    name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
+
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None = None,
+        *,
+        spans: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> RenderedChat:
+        """Render and tokenize a conversation with every message's start (`spans=False`: only if cheap, or
+        if the slot's checkpoints need them); `session_id` keeps the result for the session's next turn.
+        `tools` and `template_kwargs` go to the chat template (a turn that offers tools)."""
+        ...
+
+    def tool_format(self) -> ToolFormat:
+        """How this model's chat template offers tools and writes calls."""
+        ...
+
+    def generation_prompt(self) -> str:
+        """What the chat template appends for the assistant's turn."""
+        ...
+
+    def check_grammar(self, spec: GrammarSpec) -> None:
+        """Raise InvalidRequest unless the grammar parses (read-only on the vocabulary: any thread)."""
+        ...
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        """Run one request on the slot; raises ContextOverflow (nothing changed) or LlamaDecodeError."""
+        ...
+
+    def state_key(self) -> int:
+        """A key for what the slot holds now (read right after `run`, for the affinity policy)."""
+        ...
+
+    def locate(self, key: int) -> Location:
+        """Where a state with this key is, if not in the slot: RAM, disk or none."""
+        ...
+
+    def stats(self) -> Any:
+        """The slot's counters (`SlotStats` for `LlamaBackend`)."""
+        ...
+
+    def disk_stats(self) -> DiskTierStats | None: ...
+
+    def close(self) -> None:
+        """Write what should survive to the disk tier and free everything."""
+        ...

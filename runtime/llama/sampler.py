@@ -1,0 +1,177 @@
+"""The sampler: a llama.cpp sampler chain in llama-server's order, built from `Sampling` settings, and
+an optional grammar applied as llama-server applies it (`common_sampler_sample`, grammar_first false):
+sample with the chain; if the grammar rejects the token, apply the grammar to all logits, then the chain,
+and sample again. The grammar accepts only generated tokens; it may first be fed a prefill (llama-server's
+generation prompt, for output-format and tool-call grammars).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import TYPE_CHECKING, Any
+
+import llama_cpp
+import numpy as np
+
+from runtime.backend.protocol import GrammarSpec
+from runtime.errors import InvalidRequest
+from sessions import Sampling
+
+if TYPE_CHECKING:
+    from runtime.llama.engine import Engine
+
+_DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
+
+
+_TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+
+
+def init_grammar(engine: Engine, spec: GrammarSpec) -> Any:
+    """llama.cpp's grammar sampler for `spec`; InvalidRequest if llama.cpp cannot parse it."""
+    gbnf = spec.gbnf.encode("utf-8")
+    if spec.lazy:
+        patterns = [p.encode("utf-8") for p in spec.trigger_patterns]
+        c_patterns = (ctypes.c_char_p * max(1, len(patterns)))(*patterns)
+        c_tokens = (llama_cpp.llama_token * max(1, len(spec.trigger_tokens)))(*spec.trigger_tokens)
+        grammar = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+            engine.vocab, gbnf, b"root", c_patterns, len(patterns), c_tokens, len(spec.trigger_tokens)
+        )
+    else:
+        grammar = llama_cpp.llama_sampler_init_grammar(engine.vocab, gbnf, b"root")
+    if not grammar:
+        raise InvalidRequest("the grammar does not parse (llama.cpp's GBNF parser refused it)")
+    return grammar
+
+
+def check_grammar(engine: Engine, spec: GrammarSpec) -> None:
+    """Raise InvalidRequest unless llama.cpp parses the grammar (read-only on the vocabulary: any thread)."""
+    llama_cpp.llama_sampler_free(init_grammar(engine, spec))
+
+
+class Sampler:
+    """A llama.cpp sampler chain in llama-server's order, built from sampling settings, plus a grammar."""
+
+    def __init__(self, engine: Engine, sampling: Sampling, grammar: GrammarSpec | None = None) -> None:
+        self._engine = engine
+        self._grammar: Any = None
+        params = llama_cpp.llama_sampler_chain_default_params()
+        params.no_perf = True
+        chain = llama_cpp.llama_sampler_chain_init(params)
+        sp = sampling
+        add = llama_cpp.llama_sampler_chain_add
+        if sp.ignore_eos:  # as llama-server: every end-of-generation token gets a -inf logit bias
+            eog = engine.eog_tokens()
+            biases = (llama_cpp.llama_logit_bias * len(eog))(
+                *(llama_cpp.llama_logit_bias(t, float("-inf")) for t in eog)
+            )
+            add(chain, llama_cpp.llama_sampler_init_logit_bias(engine.n_vocab, len(eog), biases))
+        add(
+            chain,
+            llama_cpp.llama_sampler_init_penalties(
+                engine.n_vocab,
+                engine.n_ctx if sp.repeat_last_n < 0 else sp.repeat_last_n,  # -1: the whole context
+                sp.repeat_penalty,
+                sp.frequency_penalty,
+                sp.presence_penalty,
+            ),
+        )
+        add(chain, llama_cpp.llama_sampler_init_top_k(sp.top_k))
+        add(chain, llama_cpp.llama_sampler_init_top_p(sp.top_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_min_p(sp.min_p, 0))
+        add(chain, llama_cpp.llama_sampler_init_temp_ext(sp.temperature, 0.0, 1.0))
+        add(chain, llama_cpp.llama_sampler_init_dist(_DEFAULT_SEED if sp.seed is None else sp.seed))
+        self._chain: Any = chain
+        if grammar is not None:
+            self._grammar = init_grammar(engine, grammar)
+            # greedy without penalties: the chain picks the highest logit, so the first token of the logits in
+            # descending order that the grammar allows is what sample-check-resample returns (and cheaper)
+            self._greedy = sp.temperature <= 0 and sp.repeat_penalty == 1.0 and not sp.presence_penalty
+            self._greedy = self._greedy and not sp.frequency_penalty
+            self._banned = frozenset(engine.eog_tokens()) if sp.ignore_eos else frozenset()
+            self._cur = np.zeros(engine.n_vocab, dtype=_TOKEN_DATA)
+            self._ids = np.arange(engine.n_vocab, dtype=np.int32)
+            self._arr = llama_cpp.llama_token_data_array(
+                self._cur.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), engine.n_vocab, -1, False
+            )
+            if grammar.prefill and not grammar.lazy:
+                for tok in self._prefill_tokens(grammar.prefill):
+                    if not self._allows(tok):  # accepting a refused token would abort the process
+                        self.close()
+                        raise InvalidRequest("the grammar does not start with the generation prompt's tokens")
+                    llama_cpp.llama_sampler_accept(self._grammar, tok)
+
+    def _prefill_tokens(self, text: str) -> list[int]:
+        """llama-server's prefill tokens: the text tokenized, a leading space-only piece dropped."""
+        eng = self._engine
+        tokens = eng.tokenize(text, add_special=False, parse_special=True)
+        if tokens and not text[0].isspace():
+            first = eng.token_to_piece(tokens[0], special=True)
+            if first[:1].isspace():
+                tokens = tokens[1:]
+        return tokens
+
+    def sample(self) -> int:
+        """Sample from the context's last logits and accept the token (into the grammar too)."""
+        if self._grammar is None:
+            return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
+        found = self._greedy_allowed() if self._greedy else None
+        if found is not None:
+            tok = found
+        else:
+            tok = self._apply(grammar=False)
+            if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
+                tok = self._apply(grammar=True)
+        llama_cpp.llama_sampler_accept(self._grammar, tok)
+        llama_cpp.llama_sampler_accept(self._chain, tok)
+        return tok
+
+    def _greedy_allowed(self, top: int = 64) -> int | None:
+        """Greedy: the highest-logit token the grammar allows among the `top` best; None if there is none."""
+        eng = self._engine
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))
+        best = np.argpartition(logits, -top)[-top:]
+        for tok in best[np.argsort(-logits[best], kind="stable")]:
+            t = int(tok)
+            if t not in self._banned and self._allows(t):
+                return t
+        return None
+
+    def _allows(self, token: int) -> bool:
+        """Whether the grammar accepts `token` next (llama-server's one-token check)."""
+        one = llama_cpp.llama_token_data(token, 1.0, 0.0)
+        single = llama_cpp.llama_token_data_array(ctypes.pointer(one), 1, -1, False)
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(single))
+        return not (math.isinf(one.logit) and one.logit < 0)
+
+    def _apply(self, *, grammar: bool) -> int:
+        eng = self._engine
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))
+        cur = self._cur
+        cur["id"] = self._ids
+        cur["logit"] = logits
+        cur["p"] = 0.0
+        arr = self._arr
+        arr.size, arr.selected, arr.sorted = eng.n_vocab, -1, False
+        if grammar:
+            llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(arr))
+        llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(arr))
+        return int(cur["id"][arr.selected])
+
+    def accept(self, token: int) -> None:
+        """Feed a prompt token to the chain (penalties see the prompt, as llama-server's); not the grammar."""
+        llama_cpp.llama_sampler_accept(self._chain, token)
+
+    def close(self) -> None:
+        if self._chain is not None:
+            llama_cpp.llama_sampler_free(self._chain)
+            self._chain = None
+        if self._grammar is not None:
+            llama_cpp.llama_sampler_free(self._grammar)
+            self._grammar = None
+
+    def __enter__(self) -> Sampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

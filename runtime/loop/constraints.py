@@ -1,0 +1,117 @@
+"""What constrains a turn's reply, decided before it is queued: a response format, a raw grammar, or tools.
+
+`Constraints.build` checks every argument (typed errors, nothing queued) and produces the grammar the
+sampler consumes; after generation, `finish` turns the raw text into the reply: its content, the parsed
+value (structured output) or the tool calls. The slot never sees any of this.
+
+Structured output follows llama-server's /v1/chat/completions: the grammar is its response-format grammar
+(the generation prompt, optional whitespace, the JSON value bare or in a ```json fence), fed the generation
+prompt first; the reply's text is the JSON value alone, as llama-server's `message.content`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.backend.protocol import GrammarSpec
+from runtime.errors import InvalidRequest, ToolCallParseError
+from runtime.grammar import chat_response_grammar, reply_content, schema_for
+from runtime.tools import ToolFormat, ToolPlan
+from runtime.types import FinishReason
+from sessions.model import ToolCall
+
+__all__ = ["Constraints", "Finished"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A reply after its constraints: what to show and store, and why it ended."""
+
+    text: str
+    finish_reason: FinishReason
+    parsed: Any = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """The grammar for one turn and how to read its reply."""
+
+    grammar: GrammarSpec | None = None
+    tools: ToolPlan | None = None
+    parse: Callable[[str], Any] | None = None  # structured output: the reply text -> its value
+    structured: bool = False  # the reply is llama-server's response format (content = the JSON value)
+
+    @property
+    def streams_text(self) -> bool:
+        """Whether pieces may be streamed as they come (a reply that may call tools is read whole)."""
+        return self.tools is None or not self.tools.choice.allowed(self.tools.tools)
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return self.tools.stops if self.tools is not None else ()
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        response_format: object = None,
+        grammar: object = None,
+        tools: Sequence[Any] | None = None,
+        tool_choice: object = "auto",
+        tool_format: Callable[[], ToolFormat],
+        generation_prompt: Callable[[], str],
+        check_grammar: Callable[[GrammarSpec], None] = lambda _spec: None,
+    ) -> Constraints:
+        """Check the turn's constraints; at most one of `response_format`, `grammar` and `tools`."""
+        given = [n for n, v in (("response_format", response_format), ("grammar", grammar), ("tools", tools)) if v]
+        if len(given) > 1:
+            raise InvalidRequest(f"use one of response_format, grammar and tools, not {' and '.join(given)}")
+        if tools:
+            if not isinstance(tools, Sequence) or isinstance(tools, str | bytes | Mapping):
+                raise InvalidRequest("tools must be a list of tool dicts or functions")
+            plan = ToolPlan.build(tool_format(), tools, tool_choice)
+            spec = None
+            if plan.grammar is not None:
+                g = plan.grammar
+                spec = GrammarSpec(g.gbnf, lazy=g.lazy, trigger_patterns=g.patterns() if g.lazy else ())
+            return cls(grammar=spec, tools=plan)
+        if tool_choice not in ("auto", None):
+            raise InvalidRequest("tool_choice needs tools")
+        if grammar is not None:
+            if not isinstance(grammar, str) or not grammar.strip():
+                raise InvalidRequest("grammar must be a non-empty GBNF string with a `root` rule")
+            spec = GrammarSpec(grammar)  # a user grammar is not fed the generation prompt
+            check_grammar(spec)
+            return cls(grammar=spec)
+        if response_format is None:
+            return cls()
+        schema, parse = schema_for(response_format)  # type: ignore[arg-type]
+        if schema is None:
+            return cls()
+        prompt = generation_prompt()
+        return cls(
+            grammar=GrammarSpec(chat_response_grammar(schema, prompt), prefill=prompt), parse=parse, structured=True
+        )
+
+    def finish(self, raw: str, finish_reason: FinishReason) -> Finished:
+        """The reply for `raw` model output: ReplyMismatch / ToolCallParseError if a finished reply breaks
+        its constraints (the grammar makes that a bug, so nothing is committed)."""
+        if self.structured:
+            text = reply_content(raw)
+            if finish_reason == "length" or finish_reason == "cancelled" or self.parse is None:
+                return Finished(text, finish_reason)
+            return Finished(text, finish_reason, parsed=self.parse(text))
+        if self.tools is None or finish_reason == "cancelled":
+            return Finished(raw, finish_reason)
+        try:
+            reply = self.tools.parse(raw)
+        except ToolCallParseError:
+            if finish_reason == "length":  # cut inside a call: the text as it is
+                return Finished(raw, finish_reason)
+            raise
+        if reply.tool_calls:
+            return Finished(reply.content, "tool_calls", tool_calls=tuple(reply.tool_calls))
+        return Finished(reply.content, finish_reason)

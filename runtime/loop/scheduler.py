@@ -1,0 +1,275 @@
+"""The scheduler: one queue, one worker task, one request at a time, per-session order kept.
+
+Requests of one session run in the order they were made, one at a time; among sessions the policy
+chooses (`fifo` or `affinity`). The worker awaits each job's `execute`, which runs slot work in the one
+worker thread; a job is never abandoned: cancelling a caller marks its job cancelled and, if it is
+running, waits (shielded) until the slot has stopped at the next token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+
+from runtime.errors import InvalidConfig, QueueFull, RequestTimeout, RuntimeClosed
+from runtime.log import get_logger
+from runtime.loop.policy import Policy, make_policy
+from runtime.types import RequestKind
+
+log = get_logger(__name__)
+
+
+@dataclass(eq=False)
+class Job:
+    """One queued request. `cancelled` is read by the worker thread between tokens."""
+
+    id: int
+    session_id: str
+    arrival: int
+    kind: RequestKind
+    execute: Callable[[Job], Awaitable[Any]]
+    submitted: float = field(default_factory=time.perf_counter)
+    skips: int = 0
+    cancelled: bool = False
+    started: float | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+    watchers: list[Callable[[], None]] = field(default_factory=list)  # called on the loop when done
+    undo: Callable[[], Awaitable[None]] | None = None  # set by a job that committed: undoes the commit
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def finish(self) -> None:
+        self.done.set()
+        for watch in self.watchers:
+            watch()
+
+
+class SchedulerStats(msgspec.Struct, frozen=True):
+    """Queue depth and request counters."""
+
+    queued: int
+    running: int
+    submitted: int
+    completed: int
+    failed: int
+    cancelled: int
+    timed_out: int
+    rejected: int
+    policy: str
+    max_skips: int  # the most times one request was passed over by a later one
+
+
+@dataclass
+class _Counters:
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    rejected: int = 0
+
+
+class Scheduler:
+    """Queue + policy + the worker loop. Runs `job.execute(job)` for one job at a time."""
+
+    def __init__(
+        self, *, policy: str | Policy = "fifo", max_queued: int = 1024, affinity: Callable[[str], int] = lambda _sid: 0
+    ) -> None:
+        if not isinstance(max_queued, int) or isinstance(max_queued, bool) or max_queued < 1:
+            raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
+        self.policy = make_policy(policy)
+        self.max_queued = max_queued
+        self._affinity = affinity
+        self._queues: dict[str, deque[Job]] = {}  # per session, in arrival order; insertion order = first waiting
+        self._n_queued = 0
+        self._running: Job | None = None
+        self._ids = itertools.count(1)
+        self._wake = anyio.Event()
+        self._closing = False
+        self._stopped = anyio.Event()
+        self._max_skips = 0
+        self._n = _Counters()
+        self._held: dict[str, Job] = {}  # session -> its job whose commit its caller has not taken yet
+
+    # --- callers ------------------------------------------------------------------------------------
+
+    def submit(
+        self, session_id: str, execute: Callable[[Job], Awaitable[Any]], kind: RequestKind = RequestKind.CHAT
+    ) -> Job:
+        """Queue a job; raises QueueFull or RuntimeClosed at once."""
+        if self._closing:
+            raise RuntimeClosed("the runtime is closed")
+        if self._n_queued >= self.max_queued:
+            self._n.rejected += 1
+            raise QueueFull(f"{self._n_queued} requests are already queued (max_queued={self.max_queued})")
+        n = next(self._ids)
+        job = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
+        self._queues.setdefault(session_id, deque()).append(job)
+        self._n_queued += 1
+        self._n.submitted += 1
+        log.info("request.queued", request_id=job.id, session_id=session_id, kind=str(kind), depth=self._n_queued)
+        self._wake.set()
+        return job
+
+    async def wait(self, job: Job, timeout: float | None = None) -> Any:
+        """Wait for a job's result; a timeout or the caller's cancellation withdraws the job."""
+        try:
+            with anyio.fail_after(timeout) if timeout is not None else nullcontext():
+                await job.done.wait()
+        except TimeoutError:
+            with anyio.CancelScope(shield=True):
+                await self.withdraw(job, "timeout")
+            self._n.timed_out += 1
+            raise RequestTimeout(
+                f"request {job.id} for session {job.session_id!r} did not finish within {timeout} s"
+            ) from None
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self.withdraw(job, "cancelled")
+            raise
+        self._acknowledge(job)
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _acknowledge(self, job: Job) -> None:
+        """The caller has the result: its commit stands, and its session's next job may run."""
+        job.undo = None
+        if self._held.pop(job.session_id, None) is not None:
+            self._wake.set()
+
+    async def withdraw(self, job: Job, why: str) -> None:
+        """Take a job back: out of the queue, or (running) stopped at the next token and waited for; a job
+        that already committed (its caller went away while the reply was on its way) has its commit undone."""
+        if not job.done.is_set():
+            job.cancelled = True
+            if self._dequeue(job):
+                self._n.cancelled += 1
+                job.finish()
+                log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
+                return
+            # running: the slot stops at the next token or batch; wait until the turn is done
+            await job.done.wait()
+            log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="running", why=why)
+        job.cancelled = True
+        undo = job.undo
+        try:
+            if undo is not None:
+                await undo()
+                log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="committed", why=why)
+        finally:
+            self._acknowledge(job)
+
+    # --- the worker ---------------------------------------------------------------------------------
+
+    def _dequeue(self, job: Job) -> bool:
+        """Take a waiting job out of its session's queue; False if it is not waiting."""
+        q = self._queues.get(job.session_id)
+        if q is None or job not in q:
+            return False
+        q.remove(job)
+        if not q:
+            del self._queues[job.session_id]
+        self._n_queued -= 1
+        return True
+
+    def _pick(self) -> Job | None:
+        # per-session order: only a head may run, and not while its session's last commit awaits its caller
+        heads = [q[0] for sid, q in self._queues.items() if sid not in self._held]
+        if not heads:
+            return None
+        job = self.policy.pick(heads, lambda j: self._affinity(j.session_id))
+        for j in heads:
+            if j is not job and j.arrival < job.arrival:
+                j.skips += 1
+                self._max_skips = max(self._max_skips, j.skips)
+        return job
+
+    async def run(self) -> None:
+        """The worker loop; returns after `close()` once the running job is done."""
+        try:
+            while True:
+                job = self._pick()
+                if job is None:
+                    if self._closing and not self._queues:
+                        return
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                self._dequeue(job)
+                held = False
+                self._running = job
+                job.started = time.perf_counter()
+                try:
+                    job.result = await job.execute(job)
+                    if job.cancelled:
+                        self._n.cancelled += 1
+                    else:
+                        self._n.completed += 1
+                except Exception as e:  # delivered to the caller
+                    job.error = e
+                    self._n.failed += 1
+                    log.warning(
+                        "request.failed",
+                        request_id=job.id,
+                        session_id=job.session_id,
+                        error=type(e).__name__,
+                        message=str(e),
+                    )
+                finally:
+                    self._running = None
+                    held = job.undo is not None
+                    if held:  # committed: the session waits until its caller has the reply
+                        self._held[job.session_id] = job
+                    job.finish()
+                if held:
+                    await anyio.lowlevel.checkpoint()  # let the caller take it before the next pick
+        finally:
+            self._stopped.set()
+
+    async def close(self) -> None:
+        """Refuse new jobs, fail queued ones with RuntimeClosed, let the running one finish."""
+        self._closing = True
+        for q in self._queues.values():
+            for job in q:
+                job.error = RuntimeClosed("the runtime closed before this request ran")
+                job.finish()
+        self._queues.clear()
+        self._n_queued = 0
+        self._wake.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    @property
+    def running(self) -> Job | None:
+        return self._running
+
+    def __len__(self) -> int:
+        return self._n_queued
+
+    def stats(self) -> SchedulerStats:
+        n = self._n
+        return SchedulerStats(
+            queued=self._n_queued,
+            running=int(self._running is not None),
+            submitted=n.submitted,
+            completed=n.completed,
+            failed=n.failed,
+            cancelled=n.cancelled,
+            timed_out=n.timed_out,
+            rejected=n.rejected,
+            policy=self.policy.name,
+            max_skips=self._max_skips,
+        )

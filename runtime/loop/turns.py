@@ -1,0 +1,235 @@
+"""One turn, from a queued job to a committed reply: load the session, render, run the slot, commit.
+
+Commit is the last step and is all-or-nothing with the caller's outcome: the store writes the turn only
+if the job has not been withdrawn (checked under the store's lock), and a job withdrawn after its write
+(the caller cancelled or timed out while the reply was on its way) gets the write undone by the
+scheduler (`Job.undo`). A session used for the first time is created by its first committed turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import structlog
+
+from runtime.backend.protocol import SlotBackend, SlotRequest, SlotResult
+from runtime.errors import SessionNotFound
+from runtime.log import get_logger
+from runtime.loop.constraints import Constraints, Finished
+from runtime.loop.context import ContextPolicy, ContextWindow
+from runtime.loop.scheduler import Job
+from runtime.loop.stream import Pieces
+from runtime.reply import Reply, Timings, Usage
+from runtime.types import RequestKind
+from sessions import Sampling, Session, history
+from sessions.store import SessionStore
+
+log = get_logger(__name__)
+
+_CREATES = frozenset({RequestKind.CHAT, RequestKind.COMPLETE})  # turns that create their session on first use
+
+StoreCall = Callable[..., Awaitable[Any]]
+SlotCall = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a caller asked for: a new message (chat), a new reply (regenerate), or an edit."""
+
+    kind: RequestKind
+    message: str | None
+    overrides: dict[str, Any]
+    pieces: Pieces | None = None
+    index: int | None = None
+    conversation: Session | None = None  # complete: the messages to answer, as a session
+    commit: bool = True  # complete without a session id: answer, store nothing
+    constraints: Constraints = field(default_factory=Constraints)
+    tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
+
+
+class TurnRunner:
+    """Runs turns for the Runtime: store calls through `store_call`, slot work through `slot_call`."""
+
+    def __init__(
+        self,
+        backend: SlotBackend,
+        store: SessionStore,
+        store_call: StoreCall,
+        slot_call: SlotCall,
+        context: ContextPolicy = "error",
+    ) -> None:
+        self.backend = backend
+        self.context: ContextPolicy = context  # the policy of sessions that set none
+        self.window = ContextWindow()
+        self.store = store
+        self._store = store_call
+        self._in_slot = slot_call
+        self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
+        self.last_session: str | None = None
+
+    async def run(self, job: Job, turn: Turn) -> Reply:
+        sid = job.session_id
+        with structlog.contextvars.bound_contextvars(session_id=sid, request_id=job.id):
+            if not turn.commit:
+                session, existed = Session.new(sid), False
+            else:
+                session, existed = await self._session_for(sid, create=turn.kind in _CREATES)
+            # chat: the history plus the new message; regenerate / edit: the session as it stands before the
+            # reply (ending with the user message to answer), computed once for the prompt and the commit;
+            # complete: the caller's messages (a named transcript is replaced by them and the reply)
+            if turn.kind is RequestKind.COMPLETE:
+                assert turn.conversation is not None
+                pending = turn.conversation
+                if existed:  # the transcript is replaced; the session keeps its identity and settings
+                    pending = msgspec.structs.replace(
+                        pending,
+                        created=session.created,
+                        sampling=session.sampling,
+                        metadata=session.metadata,
+                        context=session.context,
+                    )
+            elif turn.kind is RequestKind.CHAT and turn.tool_results is not None:
+                pending = history.append_tool_results(session, turn.tool_results)
+            elif turn.kind is RequestKind.CHAT:
+                assert turn.message is not None
+                pending = history.append_user(session, turn.message)
+            else:
+                pending = self._pending(turn, session)
+            sampling = session.sampling.with_overrides(**turn.overrides) if turn.overrides else session.sampling
+            if turn.constraints.stops:
+                sampling = sampling.with_overrides(stop=(*sampling.stop, *turn.constraints.stops))
+            log.info(
+                "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
+            )
+            pieces = turn.pieces if turn.constraints.streams_text else None
+            policy = pending.context or self.context
+            key = sid if turn.commit else None
+            result: SlotResult = await self._in_slot(
+                self._run_in_slot, job, pending, sampling, turn, pieces, policy, key
+            )
+            if result.finish_reason == "cancelled" or job.cancelled:
+                return self._reply(job, result, session.revision)
+            done = turn.constraints.finish(result.text, result.finish_reason)
+            if not turn.commit:
+                return self._reply(job, result, session.revision, done)
+            new = history.append_reply(pending, done.text, tool_calls=done.tool_calls)
+            committed: Session | None = await self._store(
+                self.store.commit, new, expected_revision=session.revision if existed else None, unless=job.is_cancelled
+            )
+            if committed is None:  # withdrawn while the write was due: nothing written
+                return self._reply(job, result, session.revision, done)
+            job.undo = self._undo(sid, session if existed else None, committed.revision)
+            log.info(
+                "request.done",
+                finish=result.finish_reason,
+                prompt=result.prompt_tokens,
+                cached=result.cached_tokens,
+                prefilled=result.prefilled_tokens,
+                generated=result.generated_tokens,
+                source=result.cache_source,
+            )
+            return self._reply(job, result, committed.revision, done)
+
+    def _undo(self, sid: str, previous: Session | None, revision: int) -> Callable[[], Awaitable[None]]:
+        async def undo() -> None:
+            if not await self._store(self.store.revert, sid, previous, expected_revision=revision):
+                log.warning("session.revert_failed", session_id=sid, revision=revision)
+
+        return undo
+
+    async def _session_for(self, sid: str, *, create: bool) -> tuple[Session, bool]:
+        """The stored session and True, or (chat only) a new one, not stored yet, and False."""
+        try:
+            return await self._store(self.store.get, sid), True
+        except SessionNotFound:
+            if not create:
+                raise
+            return Session.new(sid), False
+
+    @staticmethod
+    def _pending(turn: Turn, session: Session) -> Session:
+        """The session a regenerate or an edit answers: it ends with the user message to reply to."""
+        if turn.kind is RequestKind.EDIT:
+            assert turn.index is not None and turn.message is not None
+            return history.edit(session, turn.index, turn.message)
+        return history.regenerate_base(session)
+
+    def _run_in_slot(
+        self,
+        job: Job,
+        pending: Session,
+        sampling: Sampling,
+        turn: Turn,
+        pieces: Pieces | None,
+        context: ContextPolicy = "error",
+        key: str | None = None,
+    ) -> SlotResult:
+        """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot."""
+        with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
+            messages = pending.chat_messages()
+            tools = turn.constraints.tools
+            if tools is not None:  # tools: the whole history (the window does not cut turns that offer tools)
+                plan = tools.render_plan(messages)
+                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=plan.kwargs)
+                dropped = 0
+            else:
+                prompt = self.window.prepare(self.backend, key, messages, context, sampling.max_tokens)
+                rendered, dropped = prompt.rendered, prompt.dropped
+            first = [True]
+
+            def on_piece(piece: str) -> None:
+                if first[0]:
+                    first[0] = False
+                    log.info("request.first_token")
+                if pieces is not None:
+                    pieces.push(piece)
+
+            req = SlotRequest(
+                prompt=rendered.tokens,
+                sampling=sampling,
+                user_starts=rendered.user_starts,
+                cancel=job.is_cancelled,
+                on_piece=on_piece,
+                request_id=job.id,
+                session_id=job.session_id,
+                grammar=turn.constraints.grammar,
+            )
+            result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            self.last_key[job.session_id] = self.backend.state_key()
+            self.last_session = job.session_id
+            return result
+
+    @staticmethod
+    def _reply(job: Job, r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
+        now = time.perf_counter()
+        started = job.started or job.submitted
+        return Reply(
+            session_id=job.session_id,
+            request_id=job.id,
+            text=done.text if done is not None else r.text,
+            finish_reason=done.finish_reason if done is not None else r.finish_reason,
+            usage=Usage(
+                prompt_tokens=r.prompt_tokens,
+                cached_tokens=r.cached_tokens,
+                prefilled_tokens=r.prefilled_tokens,
+                generated_tokens=r.generated_tokens,
+                dropped_messages=r.dropped_messages,
+            ),
+            cache_source=r.cache_source,
+            timings=Timings(
+                queued=started - job.submitted,
+                cache=r.t_cache,
+                prefill=r.t_prefill,
+                decode=r.t_decode,
+                first_token=r.t_first_token,
+                total=now - job.submitted,
+            ),
+            revision=revision,
+            parsed=done.parsed if done is not None else None,
+            tool_calls=done.tool_calls if done is not None else (),
+        )

@@ -1,0 +1,162 @@
+"""The OpenAI-compatible ASGI app over a Runtime: `runtime.serve.http.app(rt)`.
+
+    POST /v1/chat/completions   chat (streamed as server-sent events with "stream": true)
+    GET  /v1/models             the one model this server runs
+    GET  /health                200 when ready, 503 while loading or closing (no API key needed)
+    GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
+
+With `api_key`, every path but /health wants `Authorization: Bearer <key>` (compared in constant time).
+A request is stateless unless an `X-Session-Id` header (or the request's `user` field) names a session:
+its requests are then queued one at a time, in order, and its transcript is kept in the session store.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from runtime.api import Runtime
+from runtime.errors import InvalidConfig
+from runtime.serve.http import metrics
+from runtime.serve.http.chat import ChatEndpoint, send_error
+from runtime.serve.http.errors import ApiError
+from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.state import ServeState
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
+
+DEFAULT_MAX_BODY_BYTES = 8 << 20
+PUBLIC_PATHS = frozenset({"/health"})
+_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+
+Scope = dict[str, Any]
+ASGIApp = Any
+
+
+def app(
+    rt: Runtime | None,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    model_name: str | None = None,
+    request_timeout: float | None = None,
+) -> Starlette:
+    """The ASGI app serving `rt` (None: answers 503 until `app.state.turnstile.runtime` is set).
+
+    `api_key`: required as a bearer token on every path but /health. `max_body_bytes`: larger request
+    bodies get 413. `model_name`: the id /v1/models reports (default: the model file's name).
+    `request_timeout`: seconds a chat request may take in all (504 after), None for no limit.
+    """
+    return build(
+        ServeState(runtime=rt, model_name=model_name),
+        api_key=api_key,
+        max_body_bytes=max_body_bytes,
+        request_timeout=request_timeout,
+    )
+
+
+def build(
+    state: ServeState,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    request_timeout: float | None = None,
+) -> Starlette:
+    """The app over a `ServeState` (the server fills in the Runtime once the model is loaded)."""
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise InvalidConfig(f"max_body_bytes must be an int >= 1, not {max_body_bytes!r}")
+    if api_key is not None and (not isinstance(api_key, str) or not api_key):
+        raise InvalidConfig("api_key must be a non-empty str or None")
+
+    async def models(_request: Request) -> Response:
+        rt = state.runtime
+        meta = {"n_ctx": rt.backend.n_ctx} if rt is not None else None
+        body = ModelList(data=[ModelCard(id=state.model, created=int(state.started), meta=meta)])
+        return Response(msgspec.json.encode(body), media_type="application/json")
+
+    async def health(_request: Request) -> Response:
+        try:
+            state.require()
+        except ApiError as e:
+            return Response(e.body(), status_code=e.status, media_type="application/json")
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def prometheus(_request: Request) -> Response:
+        return Response(metrics.render(state), media_type=metrics.CONTENT_TYPE)
+
+    async def http_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        err = ApiError(exc.status_code, str(exc.detail), type=kind)
+        return Response(err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+
+    routes = [
+        Route(
+            "/v1/chat/completions",
+            ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+            methods=["POST"],
+        ),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    application = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, api_key=api_key)],
+    )
+    application.state.turnstile = state
+    return application
+
+
+class _Auth:
+    """Bearer-token check on every path but the public ones (constant-time comparison)."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.inner = app
+        self.key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if self.key is not None and scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
+            given = b""
+            for k, v in scope.get("headers", ()):
+                if k.lower() == b"authorization":
+                    scheme, _, token = bytes(v).partition(b" ")
+                    if scheme.lower() == b"bearer":
+                        given = token.strip()
+            if not hmac.compare_digest(given, self.key):
+                code = "invalid_api_key" if given else "missing_api_key"
+                msg = "incorrect API key provided" if given else "an API key is required (Authorization: Bearer KEY)"
+                err = ApiError(401, msg, type="authentication_error", code=code)
+                await send_error(send, err)
+                return
+        await self.inner(scope, receive, send)
+
+
+class _Counting:
+    """Counts responses by path and status for /metrics."""
+
+    def __init__(self, app: ASGIApp, state: ServeState) -> None:
+        self.inner = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        path = scope["path"] if scope["path"] in _PATHS else "other"
+
+        async def counting_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                self.state.responses[path, int(message["status"])] += 1
+            await send(message)
+
+        await self.inner(scope, receive, counting_send)

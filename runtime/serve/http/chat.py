@@ -1,0 +1,173 @@
+"""POST /v1/chat/completions as a plain ASGI endpoint, so that it controls the body limit and notices a
+client that leaves at any moment (while its request is queued, running, or being streamed).
+
+The body is read with its size checked (Content-Length first, then the bytes as they come: 413). While
+the reply is awaited or streamed, a watcher reads the connection: a disconnect cancels the request,
+which withdraws it from the Runtime (queued: removed; running: stopped at the next token) and nothing is
+committed. A streamed request waits for its first piece before the response starts, so errors raised
+until then (a full queue, a prompt too long, a bad sampling value) get their own status code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+import msgspec
+
+from runtime.api import Runtime
+from runtime.log import get_logger
+from runtime.reply import Reply
+from runtime.serve.http import convert
+from runtime.serve.http.convert import Call
+from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.schema import ChatRequest
+from runtime.serve.http.sse import ChunkWriter
+from runtime.serve.http.state import ServeState
+
+__all__ = ["ChatEndpoint", "read_body", "send_bytes"]
+
+log = get_logger(__name__)
+
+Scope = dict[str, Any]
+Receive = Any
+Send = Any
+
+_JSON = (b"content-type", b"application/json")
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+_decoder = msgspec.json.Decoder(ChatRequest)
+
+
+class ClientGone(Exception):
+    """The client disconnected before the request body was read."""
+
+
+async def send_bytes(send: Send, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    raw = [_JSON, (b"content-length", str(len(body)).encode())]
+    raw += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_error(send: Send, err: ApiError) -> None:
+    await send_bytes(send, err.status, err.body(), err.headers)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k.lower() == name:
+            return bytes(v).decode("latin-1")
+    return None
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The request body, at most `limit` bytes (413 otherwise, judged by Content-Length and by what arrives)."""
+    declared = _header(scope, b"content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise ApiError.bad_request("invalid Content-Length header")
+        if int(declared) > limit:
+            raise ApiError(
+                413, f"request body of {int(declared)} bytes is over the limit of {limit} bytes", code="body_too_large"
+            )
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes", code="body_too_large")
+        chunks.append(body)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+class _Phase:
+    """Where a request is: `ending` once its last bytes are being sent, `gone` if its client left before."""
+
+    ending = False
+    gone = False
+
+
+class ChatEndpoint:
+    """The chat completions endpoint (an ASGI app for one route)."""
+
+    def __init__(self, state: ServeState, *, max_body_bytes: int, request_timeout: float | None) -> None:
+        self.state = state
+        self.max_body_bytes = max_body_bytes
+        self.request_timeout = request_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_body(scope, receive, self.max_body_bytes)
+            if not body.strip():
+                raise ApiError.bad_request("the request body is empty (want a JSON chat completion request)")
+            call = convert.from_request(_decoder.decode(body), _header(scope, b"x-session-id"))
+            rt = self.state.require()
+        except ClientGone:
+            return
+        except Exception as e:  # before anything was queued: an error response
+            await send_error(send, to_api_error(e))
+            return
+        phase = _Phase()
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                if not phase.ending:  # not the disconnect that follows the end of our response
+                    phase.gone = True
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                if call.stream:
+                    await self._stream(rt, call, send, phase)
+                else:
+                    await self._complete(rt, call, send, phase)
+            except Exception as e:
+                phase.ending = True
+                await send_error(send, to_api_error(e))
+            phase.ending = True
+            tg.cancel_scope.cancel()
+        if phase.gone:
+            self.state.disconnects += 1
+            log.info("serve.client_gone", session_id=call.session_id, stream=call.stream)
+
+    async def _complete(self, rt: Runtime, call: Call, send: Send, phase: _Phase) -> None:
+        reply = await rt.complete(
+            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+        )
+        body = msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
+        phase.ending = True
+        await send_bytes(send, 200, body)
+
+    async def _stream(self, rt: Runtime, call: Call, send: Send, phase: _Phase) -> None:
+        items = cast(
+            AsyncGenerator[str | Reply, None],
+            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+        )
+        async with contextlib.aclosing(items):
+            first = await anext(items)  # errors until the first piece get their own status
+            writer = ChunkWriter(self.state.next_id(), self.state.model)
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            try:
+                item: str | Reply = first
+                while not isinstance(item, Reply):
+                    await send({"type": "http.response.body", "body": writer.piece(item), "more_body": True})
+                    item = await anext(items)
+                end = writer.end(item, include_usage=call.include_usage)
+            except Exception as e:  # after the response started: an error event closes the stream
+                end = writer.error(to_api_error(e))
+            phase.ending = True
+            await send({"type": "http.response.body", "body": end, "more_body": False})

@@ -1,0 +1,198 @@
+"""From an OpenAI chat request to `Runtime.complete`'s arguments, and from a `Reply` to OpenAI's bodies.
+
+Sampling fields map one to one (`max_completion_tokens` wins over `max_tokens`; a single `stop` string
+becomes a list). `tools`, `tool_choice` and `response_format` are passed only when the request has them
+(`{"type": "json_object"}` becomes `"json"`, `{"type": "json_schema", ...}` its schema dict); a Reply
+with `tool_calls` becomes an assistant message with JSON-encoded arguments and finish reason "tool_calls".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.reply import Reply
+from runtime.serve.http.errors import ApiError
+from runtime.serve.http.schema import (
+    ChatChoice,
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    FunctionCall,
+    PromptDetails,
+    ResponseMessage,
+    ToolCall,
+    Usage,
+)
+
+__all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]
+
+TOOLS_SUPPORTED = hasattr(Reply, "tool_calls")  # the Runtime takes tools, tool_choice and response_format
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "repeat_last_n",
+    "ignore_eos",
+)
+
+
+@dataclass
+class Call:
+    """What one request asks of the Runtime."""
+
+    messages: list[dict[str, Any]]
+    kwargs: dict[str, Any] = field(default_factory=dict)  # sampling, tools, tool_choice, response_format
+    session_id: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+
+
+def _content(m: ChatMessage, i: int) -> str:
+    if m.content is None:
+        return ""
+    if isinstance(m.content, str):
+        return m.content
+    texts: list[str] = []
+    for part in m.content:
+        if part.type != "text" or part.text is None:
+            raise ApiError.bad_request(
+                f"messages[{i}].content: only text parts are supported, not {part.type!r}", param="messages"
+            )
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def _message(m: ChatMessage, i: int) -> dict[str, Any]:
+    role = "system" if m.role == "developer" else m.role
+    out: dict[str, Any] = {"role": role, "content": _content(m, i)}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.name is not None and role == "tool":
+        out["name"] = m.name
+    return out
+
+
+def _response_format(value: dict[str, Any]) -> str | dict[str, Any] | None:
+    kind = value.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return "json"
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise ApiError.bad_request("response_format.json_schema.schema must be an object", param="response_format")
+        return schema
+    raise ApiError.bad_request(f"response_format type {kind!r} is not supported", param="response_format")
+
+
+def from_request(req: ChatRequest, session_header: str | None) -> Call:
+    """The Runtime call for a decoded request; ApiError(400) for what the API refuses itself."""
+    if req.n is not None and req.n != 1:
+        raise ApiError.bad_request("only n=1 is supported", param="n")
+    if not req.messages:
+        raise ApiError.bad_request("messages must be a non-empty list", param="messages")
+    kw: dict[str, Any] = {name: getattr(req, name) for name in _SAMPLING if getattr(req, name) is not None}
+    limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if limit is not None:
+        kw["max_tokens"] = limit
+    if req.stop is not None:
+        kw["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
+    extras: dict[str, Any] = {}
+    if req.tools:  # an empty list, or a tool_choice without tools, asks for nothing
+        extras["tools"] = req.tools
+        if req.tool_choice is not None:
+            extras["tool_choice"] = req.tool_choice
+    if req.response_format is not None:
+        fmt = _response_format(req.response_format)
+        if fmt is not None:
+            extras["response_format"] = fmt
+    if extras and not TOOLS_SUPPORTED:
+        name = next(iter(extras))
+        raise ApiError.bad_request(f"{name} is not supported by this turnstile version", param=name)
+    return Call(
+        messages=[_message(m, i) for i, m in enumerate(req.messages)],
+        kwargs=kw | extras,
+        session_id=session_header or req.user or None,
+        stream=req.stream,
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
+    )
+
+
+# --- reply -----------------------------------------------------------------------------------------
+
+
+def usage(reply: Reply) -> Usage:
+    u = reply.usage
+    return Usage(
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.generated_tokens,
+        total_tokens=u.prompt_tokens + u.generated_tokens,
+        prompt_tokens_details=PromptDetails(cached_tokens=u.cached_tokens),
+    )
+
+
+def timings(reply: Reply) -> dict[str, Any]:
+    """llama-server's `timings` (cache_n, prompt_n, predicted_n, ms and rates), plus turnstile's cache source."""
+    u, t = reply.usage, reply.timings
+    prompt_ms, predicted_ms = t.prefill * 1000, t.decode * 1000
+    return {
+        "cache_n": u.cached_tokens,
+        "prompt_n": u.prefilled_tokens,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / u.prefilled_tokens if u.prefilled_tokens else 0.0,
+        "prompt_per_second": u.prefilled_tokens / t.prefill if t.prefill > 0 else 0.0,
+        "predicted_n": u.generated_tokens,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / u.generated_tokens if u.generated_tokens else 0.0,
+        "predicted_per_second": u.generated_tokens / t.decode if t.decode > 0 else 0.0,
+        "queued_ms": t.queued * 1000,
+        "cache_source": reply.cache_source,
+    }
+
+
+def tool_calls(reply: Reply) -> list[ToolCall] | None:
+    calls = getattr(reply, "tool_calls", None)
+    if not calls:
+        return None
+    return [
+        ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=json.dumps(c.arguments, ensure_ascii=False)))
+        for c in calls
+    ]
+
+
+def finish_reason(reply: Reply) -> str:
+    return "stop" if reply.finish_reason == "cancelled" else str(reply.finish_reason)
+
+
+def response(reply: Reply, *, request_id: str, model: str) -> ChatResponse:
+    calls = tool_calls(reply)
+    content = reply.text if reply.text or not calls else None
+    return ChatResponse(
+        id=request_id,
+        created=int(time.time()),
+        model=model,
+        choices=[
+            ChatChoice(
+                index=0,
+                message=ResponseMessage(content=content, tool_calls=calls),
+                finish_reason=finish_reason(reply),
+            )
+        ],
+        usage=usage(reply),
+        timings=timings(reply),
+    )

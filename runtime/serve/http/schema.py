@@ -1,0 +1,201 @@
+"""The bodies of the OpenAI-compatible API as msgspec Structs: the chat completion request, its reply,
+its stream chunks, the model list and the error object.
+
+Decoding a request checks every known field's type (a wrong type is a 400); unknown fields are ignored,
+as OpenAI's clients send more than a server needs. Conversion to the Runtime's arguments is in
+`runtime.serve.http.convert`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "ChatChoice",
+    "ChatMessage",
+    "ChatRequest",
+    "ChatResponse",
+    "Chunk",
+    "ChunkChoice",
+    "ContentPart",
+    "Delta",
+    "ErrorBody",
+    "ErrorResponse",
+    "FunctionCall",
+    "ModelCard",
+    "ModelList",
+    "PromptDetails",
+    "ResponseMessage",
+    "StreamOptions",
+    "ToolCall",
+    "Usage",
+]
+
+
+# --- request ---------------------------------------------------------------------------------------
+
+
+class ContentPart(msgspec.Struct, kw_only=True):
+    """One part of a message's content; only text parts are understood."""
+
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(msgspec.Struct, kw_only=True):
+    """A function call in OpenAI's shape: `arguments` is a JSON-encoded object."""
+
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    """A tool call of an assistant message (in a request's history or in a reply)."""
+
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class ChatMessage(msgspec.Struct, kw_only=True):
+    """A message of a request: system (or developer), user, assistant or tool."""
+
+    role: str
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool | None = None
+
+
+class ChatRequest(msgspec.Struct, kw_only=True):
+    """POST /v1/chat/completions. `model` is accepted and ignored (the server runs one model)."""
+
+    messages: list[ChatMessage]
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
+    ignore_eos: bool | None = None  # llama-server's extension: generate until max_tokens
+    n: int | None = None
+    user: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+
+# --- reply -----------------------------------------------------------------------------------------
+
+
+class PromptDetails(msgspec.Struct, kw_only=True):
+    cached_tokens: int
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens` is turnstile's `cached_tokens`."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptDetails
+
+
+class ResponseMessage(msgspec.Struct, kw_only=True):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChatChoice(msgspec.Struct, kw_only=True):
+    index: int
+    message: ResponseMessage
+    finish_reason: str
+    logprobs: None = None
+
+
+class ChatResponse(msgspec.Struct, kw_only=True):
+    """A chat completion, with llama-server's `timings` beside OpenAI's fields."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    timings: dict[str, Any]
+    object: Literal["chat.completion"] = "chat.completion"
+    system_fingerprint: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True):
+    index: int
+    id: str
+    function: FunctionCall
+    type: str = "function"
+
+
+class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(msgspec.Struct, kw_only=True):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class Chunk(msgspec.Struct, kw_only=True):
+    """One `data:` event of a stream; the last one (with include_usage) has no choices and the usage."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    usage: Usage | None = None
+    timings: dict[str, Any] | None = None
+
+
+class ModelCard(msgspec.Struct, kw_only=True):
+    id: str
+    created: int
+    owned_by: str = "turnstile"
+    object: Literal["model"] = "model"
+    meta: dict[str, Any] | None = None
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    data: list[ModelCard]
+    object: Literal["list"] = "list"
+
+
+class ErrorBody(msgspec.Struct, kw_only=True):
+    message: str
+    type: str
+    code: str | None = None
+    param: str | None = None
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True):
+    """OpenAI's error shape: `{"error": {"message", "type", "code", "param"}}`."""
+
+    error: ErrorBody

@@ -1,0 +1,72 @@
+"""Server-sent events for streamed chat completions: `data: {chunk}\\n\\n` events, then `data: [DONE]\\n\\n`.
+
+The first chunk carries the assistant role with the first piece of text; the last one the finish reason
+and llama-server's `timings`; with `stream_options.include_usage` one more chunk (no choices) carries the
+usage. An error after the stream has started is sent as a `data: {"error": ...}` event.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from runtime.reply import Reply
+from runtime.serve.http import convert
+from runtime.serve.http.errors import ApiError
+from runtime.serve.http.schema import Chunk, ChunkChoice, Delta, ToolCallDelta
+
+__all__ = ["DONE", "ChunkWriter"]
+
+DONE = b"data: [DONE]\n\n"
+_encoder = msgspec.json.Encoder()
+
+
+def event(body: msgspec.Struct) -> bytes:
+    return b"data: " + _encoder.encode(body) + b"\n\n"
+
+
+class ChunkWriter:
+    """Builds the events of one stream (same id, model and creation time on every chunk)."""
+
+    def __init__(self, request_id: str, model: str) -> None:
+        self.id = request_id
+        self.model = model
+        self.created = int(time.time())
+        self._role_sent = False
+
+    def _chunk(self, delta: Delta, finish: str | None = None, timings: dict[str, Any] | None = None) -> bytes:
+        choice = ChunkChoice(index=0, delta=delta, finish_reason=finish)
+        return event(Chunk(id=self.id, created=self.created, model=self.model, choices=[choice], timings=timings))
+
+    def _role(self) -> str | None:
+        if self._role_sent:
+            return None
+        self._role_sent = True
+        return "assistant"
+
+    def piece(self, text: str) -> bytes:
+        return self._chunk(Delta(role=self._role(), content=text))
+
+    def end(self, reply: Reply, *, include_usage: bool) -> bytes:
+        """The closing events: tool calls (if any), the finish reason with timings, the usage, [DONE]."""
+        out = b""
+        role = self._role()
+        calls = convert.tool_calls(reply)
+        if calls:
+            deltas = [ToolCallDelta(index=i, id=c.id, function=c.function) for i, c in enumerate(calls)]
+            out += self._chunk(Delta(role=role, tool_calls=deltas))
+            role = None
+        elif role is not None:
+            out += self._chunk(Delta(role=role, content=""))
+        out += self._chunk(Delta(), convert.finish_reason(reply), timings=convert.timings(reply))
+        if include_usage:
+            out += event(
+                Chunk(id=self.id, created=self.created, model=self.model, choices=[], usage=convert.usage(reply))
+            )
+        return out + DONE
+
+    @staticmethod
+    def error(err: ApiError) -> bytes:
+        return b"data: " + err.body() + b"\n\n"

@@ -1,0 +1,388 @@
+"""The slot executor: one llama.cpp sequence serving many conversations, one request at a time.
+
+For each request, in llama-server's order (`get_available_slot`, `update_slots`, `process_token`):
+prompt cache update (save the slot, load a better state from RAM or disk, evict), prefix reuse (truncate
+a transformer's KV cache, or restore a checkpoint for memories that cannot drop a suffix), prefill in
+n_batch chunks with checkpoints where llama-server makes them, then decode until EOS, a stop string,
+the token limit or cancellation. After any stop, `tokens` equals what the sequence's memory holds.
+
+Synchronous and single-threaded: the scheduler calls `run` from its one worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import structlog
+
+from caches.disk.tier import DiskTier
+from caches.prompt_cache import PromptCache
+from caches.tiered import TieredCache
+from caches.tokens import lcp
+from runtime.backend.protocol import SlotRequest, SlotResult
+from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
+from runtime.llama.engine import Engine
+from runtime.log import get_logger
+from runtime.slot.detok import IncrementalText
+from runtime.slot.state import (
+    CHECKPOINT_MIN_STEP,
+    N_CTX_CHECKPOINTS,
+    Bytes,
+    Checkpoint,
+    SlotState,
+    find_restore,
+    make_room,
+)
+from runtime.slot.stops import StopMatcher
+from runtime.types import CacheRules, CacheSource, FinishReason
+
+log = get_logger(__name__)
+
+
+class SlotStats(msgspec.Struct, frozen=True):
+    """Counters of the slot since it was made."""
+
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    prefilled_tokens: int
+    generated_tokens: int
+    swaps: int  # prompt cache updates that replaced the slot's state
+    ram_loads: int
+    disk_loads: int
+    checkpoint_restores: int
+    checkpoints: int
+    slot_tokens: int
+    ram_entries: int
+    ram_bytes: int
+
+
+@dataclass
+class _Counters:
+    """What the slot counts as it runs (the tiered cache counts its own loads)."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefilled_tokens: int = 0
+    generated_tokens: int = 0
+    checkpoint_restores: int = 0
+
+
+class _StateCodec:
+    """`SlotState`s for the tiered cache: `parts()` on disk (no copy, no msgpack), their byte size in RAM."""
+
+    @staticmethod
+    def encode(state: SlotState) -> list[Bytes]:
+        return state.parts()
+
+    @staticmethod
+    def decode(data: Bytes) -> SlotState:
+        return SlotState.decode(data)  # views into `data`: the disk tier's read buffer becomes the state
+
+    @staticmethod
+    def nbytes(state: SlotState) -> int:
+        return state.nbytes
+
+
+class Slot:
+    """Sequence 0 of an engine's context: prefix reuse, checkpoints, prefill and decode.
+
+    Where states go between requests (RAM prompt cache, disk tier) is the `TieredCache`'s business
+    (`self.cache`); the slot asks it once per request.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        cache_ram_bytes: int | None = None,
+        disk: DiskTier | None = None,
+        similarity: float = 0.1,
+        max_checkpoints: int = N_CTX_CHECKPOINTS,
+        checkpoint_min_step: int = CHECKPOINT_MIN_STEP,
+        cache_rules: CacheRules = "turnstile",
+    ) -> None:
+        if cache_rules not in ("turnstile", "llama-server"):
+            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
+        self.engine = engine
+        # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
+        # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
+        self.cache_rules: CacheRules = cache_rules
+        ram: PromptCache[SlotState] | None = (
+            PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
+        )
+        self.cache = TieredCache(
+            ram, disk, _StateCodec(), similarity=similarity, retain_partial=cache_rules == "turnstile"
+        )
+        self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
+        self.checkpoint_min_step = checkpoint_min_step
+        self.tokens: list[int] = []
+        self.checkpoints: list[Checkpoint] = []
+        self._n = _Counters()
+
+    def stats(self) -> SlotStats:
+        n, c = self._n, self.cache.stats()
+        return SlotStats(
+            requests=n.requests,
+            prompt_tokens=n.prompt_tokens,
+            cached_tokens=n.cached_tokens,
+            prefilled_tokens=n.prefilled_tokens,
+            generated_tokens=n.generated_tokens,
+            swaps=c.swaps,
+            ram_loads=c.ram_loads,
+            disk_loads=c.disk_loads,
+            checkpoint_restores=n.checkpoint_restores,
+            checkpoints=len(self.checkpoints),
+            slot_tokens=len(self.tokens),
+            ram_entries=c.ram_entries,
+            ram_bytes=c.ram_bytes,
+        )
+
+    # --- state ------------------------------------------------------------------------------------
+
+    def _snapshot(self) -> SlotState:
+        return SlotState(self.engine.state_get(), tuple(self.checkpoints))
+
+    def _state_nbytes(self) -> int:
+        return self.engine.state_size() + sum(c.nbytes for c in self.checkpoints)
+
+    def _load(self, tokens: list[int], state: SlotState) -> bool:
+        if not self.engine.state_set(state.state):
+            log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
+            self.reset()
+            return False
+        self.tokens = list(tokens)
+        self.checkpoints = list(state.checkpoints)
+        return True
+
+    def reset(self) -> None:
+        """Forget everything the sequence holds (llama-server's prompt_clear)."""
+        self.engine.seq_rm(-1, -1)
+        self.tokens = []
+        self.checkpoints = []
+
+    def flush(self) -> int:
+        """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
+        return self.cache.flush(self.tokens, self._snapshot)
+
+    # --- one request ------------------------------------------------------------------------------
+
+    def check_fits(self, n_prompt: int, max_tokens: int | None, reserve: bool) -> None:
+        room = (max_tokens or 0) if reserve else 0
+        if n_prompt == 0:
+            raise ContextOverflow(0, self.engine.n_ctx)  # an empty prompt cannot be evaluated
+        if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
+            raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
+
+    def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
+        """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""
+        eng = self.engine
+        n_past = lcp(self.tokens, prompt)
+        pos_next = n_past
+        restored = False
+        if self.max_checkpoints and 0 < n_past <= len(self.tokens):
+            has_new = n_past < len(prompt)
+            thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
+            if eng.pos_min() >= thold:
+                cp = find_restore(self.checkpoints, pos_next, thold)
+                if cp is not None and eng.state_set(cp.data, partial=True):
+                    pos_next = min(pos_next, max(cp.pos_min + 1, cp.pos_max))
+                    n_past = min(pos_next, cp.n_tokens)
+                    restored = True
+                    self._n.checkpoint_restores += 1
+                    log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
+                else:
+                    pos_next = n_past = 0
+        if self.max_checkpoints:
+            self.checkpoints = [c for c in self.checkpoints if c.pos_max <= pos_next]
+        if n_past == len(prompt) and n_past > 0:
+            n_past -= 1  # the last prompt token is always evaluated, for its logits
+        del self.tokens[n_past:]
+        if not eng.seq_rm(n_past, -1) and n_past == 0:
+            eng.clear()
+        return n_past, restored
+
+    def _prefill(self, req: SlotRequest) -> None:
+        eng, prompt = self.engine, req.prompt
+        n_prompt = len(prompt)
+        user_starts = set(req.user_starts)
+        last_user = max(req.user_starts, default=-1)
+        do_ckpt_model = self.max_checkpoints > 0
+        offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
+        while len(self.tokens) < n_prompt:
+            start = len(self.tokens)
+            end = start
+            while end < n_prompt and end - start < eng.n_batch:
+                end += 1
+                if do_ckpt_model:
+                    if end in user_starts and (
+                        end == last_user
+                        or not self.checkpoints
+                        or end > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
+                    ):
+                        break
+                    if any(n_prompt == end + off for off in offsets):
+                        break
+            if do_ckpt_model:
+                self._maybe_checkpoint(req, start, end, n_prompt, start in user_starts, start == last_user)
+            batch = list(prompt[start:end])
+            try:
+                eng.decode(batch, start, logits_last=end == n_prompt)
+            except LlamaDecodeError as e:
+                self._after_abort(batch, start)
+                if e.code == 2:
+                    raise _Cancelled from None
+                raise
+            self.tokens.extend(batch)
+
+    def _maybe_checkpoint(
+        self, req: SlotRequest, start: int, end: int, n_prompt: int, is_user_start: bool, is_last_user: bool
+    ) -> None:
+        eng = self.engine
+        near_end = n_prompt < end + eng.n_ubatch
+        if end != n_prompt and not is_user_start and not near_end:
+            return
+        pos_min, pos_max = eng.pos_min(), eng.pos_max()
+        if pos_min < 0:
+            return
+        if self.checkpoints and not (
+            is_last_user or near_end or start > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
+        ):
+            return
+        kept = make_room(
+            self.checkpoints,
+            start,
+            req.request_id,
+            max_checkpoints=self.max_checkpoints,
+            min_step=self.checkpoint_min_step,
+        )
+        cp = Checkpoint(
+            n_tokens=start,
+            pos_min=pos_min,
+            pos_max=pos_max,
+            data=eng.state_get(partial=True),
+            request_id=req.request_id,
+        )
+        self.checkpoints = [*kept, cp]
+        log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+
+    def _after_abort(self, batch: Sequence[int], start: int) -> None:
+        """Make `tokens` equal to memory again after an aborted or failed decode."""
+        eng = self.engine
+        if eng.can_truncate:
+            done = max(0, eng.pos_max() + 1 - start)
+            self.tokens.extend(batch[:done])
+            eng.seq_rm(len(self.tokens), -1)
+        else:
+            # a recurrent state may be half-updated: start this sequence over
+            self.reset()
+
+    def run(self, req: SlotRequest) -> SlotResult:
+        """Run one request to its end; raises ContextOverflow (nothing changed) or LlamaDecodeError."""
+        prompt = list(req.prompt)
+        max_tokens = req.sampling.max_tokens
+        self.check_fits(len(prompt), max_tokens, req.reserve)
+        with structlog.contextvars.bound_contextvars(session_id=req.session_id, request_id=req.request_id):
+            return self._run(req, prompt, max_tokens)
+
+    def _run(self, req: SlotRequest, prompt: list[int], max_tokens: int | None) -> SlotResult:
+        eng = self.engine
+        t0 = time.perf_counter()
+        swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load)
+        source: CacheSource | None = swap.source
+        saved, restored = swap.saved, swap.restored
+        n_past, from_ckpt = self._reuse_prefix(prompt)
+        t_cache = time.perf_counter() - t0
+        if n_past == 0:
+            source = "none"
+        elif from_ckpt:
+            source = "checkpoint"
+        elif source is None:
+            source = "slot"
+        log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        self._n.requests += 1
+        self._n.prompt_tokens += len(prompt)
+        self._n.cached_tokens += n_past
+        eng.set_abort(req.cancel)
+        finish: FinishReason
+        generated: list[int] = []
+        stops = StopMatcher(req.sampling.stop)
+        t_first: float | None = None
+        t1 = time.perf_counter()
+        t_prefill = 0.0
+        try:
+            try:
+                self._prefill(req)
+            finally:
+                t_prefill = time.perf_counter() - t1
+                self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
+            log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
+            eng.set_abort(None)  # single-token decodes are short: cancel between tokens
+            finish, t_first = self._generate(req, max_tokens, generated, stops, t0)
+        except _Cancelled:
+            finish = "cancelled"
+        finally:
+            eng.set_abort(None)
+        t_decode = time.perf_counter() - t1 - t_prefill
+        self._n.generated_tokens += len(generated)
+        return SlotResult(
+            text=stops.text,
+            finish_reason=finish,
+            tokens=generated,
+            prompt_tokens=len(prompt),
+            cached_tokens=n_past,
+            prefilled_tokens=len(prompt) - n_past,
+            cache_source=source,
+            bytes_saved=saved,
+            bytes_restored=restored,
+            t_cache=t_cache,
+            t_prefill=t_prefill,
+            t_decode=t_decode,
+            t_first_token=t_first,
+        )
+
+    def _generate(
+        self, req: SlotRequest, max_tokens: int | None, generated: list[int], stops: StopMatcher, t0: float
+    ) -> tuple[FinishReason, float | None]:
+        eng = self.engine
+        detok = IncrementalText()
+        t_first: float | None = None
+        s = req.sampling
+        with eng.sampler(s, req.grammar) as sampler:
+            if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+                # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
+                window = (
+                    self.tokens if s.repeat_last_n < 0 else self.tokens[-s.repeat_last_n :] if s.repeat_last_n else []
+                )
+                for t in window:
+                    sampler.accept(t)
+            while True:
+                if req.cancel():
+                    return "cancelled", t_first
+                tok = sampler.sample()
+                generated.append(tok)
+                if t_first is None:
+                    t_first = time.perf_counter() - t0
+                eog = eng.is_eog(tok)
+                piece = "" if eog else detok.feed(eng.token_to_piece(tok))
+                out = stops.feed(piece, final=eog)
+                finish: FinishReason | None = None
+                if stops.stopped_by is not None or eog:
+                    finish = "stop"
+                elif len(self.tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
+                    finish = "length"
+                    out += stops.feed(detok.flush(), final=True)
+                if out and req.on_piece is not None:
+                    req.on_piece(out)
+                if finish is not None:
+                    return finish, t_first
+                eng.decode([tok], len(self.tokens))
+                self.tokens.append(tok)
+
+
+class _Cancelled(Exception):
+    """Internal: the request's cancel check fired during prefill."""

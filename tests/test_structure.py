@@ -1,0 +1,169 @@
+"""The package structure as rules over the import graph, and imports that stay light.
+
+- no import cycles between the project's modules (every import counts, also one inside a function, except
+  those under `if TYPE_CHECKING:`);
+- only `runtime.llama` imports `llama_cpp` (and `caches.llama_cache`, which is the llama_cache API for
+  llama-cpp-python users);
+- the event-loop side (`runtime.loop`) imports neither the slot (`runtime.slot`) nor `runtime.llama`,
+  nor the llama backend;
+- `runtime.errors` and `runtime.log` import nothing of the project but each other (every package uses them);
+- `import runtime`, `import runtime.tools`, `import runtime.serve.cluster.affinity` and `turnstile --help`
+  leave `llama_cpp` out of `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("runtime", "caches", "sessions")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, package: str) -> set[str]:
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{alias.name}" for alias in node.names)  # `from pkg import module`
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    files = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")]
+    modules = {_module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        raw = _imports(ast.parse(path.read_text(), str(path)), package)
+        graph[name] = {m for m in raw if m in modules and m != name} | {
+            m.split(".")[0] for m in raw if m.split(".")[0] == "llama_cpp"
+        }
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def test_the_graph_is_read() -> None:
+    assert "runtime.loop.scheduler" in GRAPH
+    assert "llama_cpp" in GRAPH["runtime.llama.engine"]
+    assert "runtime.loop.scheduler" in GRAPH["runtime.api"]
+
+
+def test_no_import_cycles() -> None:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(GRAPH.get(node, ())):
+            if nxt not in GRAPH:
+                continue
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            visit(node, [])
+    # a package's __init__ that re-exports its own modules is not a cycle of logic: skip `pkg -> pkg.mod -> pkg`
+    real = [c for c in cycles if not any(_within(b, a) or _within(a, b) for a, b in zip(c, c[1:], strict=False))]
+    assert real == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in real)
+
+
+def test_only_the_llama_package_imports_llama_cpp() -> None:
+    importers = sorted(m for m, deps in GRAPH.items() if "llama_cpp" in deps)
+    allowed = [m for m in importers if _within(m, "runtime.llama") or _within(m, "caches.llama_cache")]
+    assert importers == allowed
+    assert "runtime.llama.engine" in importers
+
+
+def test_the_event_loop_side_imports_neither_the_slot_nor_llama() -> None:
+    bad = {
+        m: sorted(d for d in deps if any(_within(d, p) for p in ("runtime.slot", "runtime.llama", "runtime.backend.llama")))
+        for m, deps in GRAPH.items()
+        if _within(m, "runtime.loop")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+    assert "llama_cpp" not in set().union(*(GRAPH[m] for m in GRAPH if _within(m, "runtime.loop")))
+
+
+def test_errors_and_log_are_leaves() -> None:
+    assert GRAPH["runtime.errors"] == set()
+    assert GRAPH["runtime.log"] <= {"runtime.errors"}
+
+
+def test_sessions_and_caches_do_not_import_the_runtime_beyond_its_leaves() -> None:
+    leaves = {"runtime", "runtime.errors", "runtime.log"}
+    for m, deps in GRAPH.items():
+        if _within(m, "sessions") or (_within(m, "caches") and not _within(m, "caches.llama_cache")):
+            assert {d for d in deps if _within(d, "runtime")} <= leaves, m
+
+
+def test_light_imports_leave_llama_cpp_out() -> None:
+    code = (
+        "import sys, runtime, runtime.tools, runtime.serve.cluster.affinity, runtime.testing, sessions, caches\n"
+        "from runtime import Runtime, Reply, TurnstileError\n"
+        "assert 'llama_cpp' not in sys.modules, sorted(m for m in sys.modules if m.startswith('llama_cpp'))\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_turnstile_help_leaves_llama_cpp_out() -> None:
+    code = (
+        "import sys\n"
+        "from runtime.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "assert 'llama_cpp' not in sys.modules\n"
+        "print('ok', file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage" in out.stdout and out.stderr.strip().endswith("ok")
