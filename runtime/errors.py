@@ -40,6 +40,7 @@ __all__ = [
     "InvalidToolArguments",
     "LlamaDecodeError",
     "MaxStepsExceeded",
+    "MissingValueFile",
     "ModelLoadError",
     "NotFound",
     "QueueFull",
@@ -299,6 +300,16 @@ class SessionCorrupt(DataCorrupt):
 
 class UnsafeRecord(DataCorrupt):
     """Raised when a stored row would have to be unpickled to be read (or written); it never is."""
+
+
+class MissingValueFile(DataCorrupt):
+    """Raised when a stored row's value lives in a file beside the database and that file is missing or
+    unreadable; diskcache alone would read such a row as absent, which would lose it silently."""
+
+    def __init__(self, filename: str, reason: str) -> None:
+        super().__init__(f"the value file {filename!r} of a stored row cannot be read: {reason}")
+        self.filename = filename
+        self.reason = reason
 
 
 class StateFormatError(DataCorrupt, ValueError):

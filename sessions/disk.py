@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import diskcache
 
-from runtime.errors import InvalidSessionId, StoreUnavailable, UnsafeRecord
+from runtime.errors import InvalidSessionId, MissingValueFile, StoreUnavailable, UnsafeRecord
 from runtime.log import get_logger
 from sessions.base import LockedStore
 from sessions.model import Session, check_session_id
@@ -86,6 +86,8 @@ class DiskStore(LockedStore):
                 data = self._cache.get(id, default=None, retry=True)
         except UnsafeRecord as err:
             raise self._corrupt(id, f"record is stored as a pickle, which is never loaded ({err})") from None
+        except MissingValueFile as err:  # the row is there, its value file is not: never a silent miss
+            raise self._corrupt(id, f"the record's value file is missing or unreadable ({err.reason})") from None
         return self._decode(id, data)
 
     def _place(self) -> dict[str, str]:

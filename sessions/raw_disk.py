@@ -4,6 +4,11 @@ diskcache unpickles any row whose `mode` column says pickle (and any key stored 
 wrote it, so a crafted or damaged database would run code on read. `RawDisk` refuses those rows with
 `UnsafeRecord` instead, and refuses to write anything that would need pickling. Every diskcache that
 turnstile opens (session stores, the disk tier) passes `disk=RawDisk`.
+
+diskcache also reads a row whose value file (a value kept beside the database) is missing as no row at
+all: `Cache.get` turns the `OSError` into its default. `RawDisk` raises `MissingValueFile` instead, which
+diskcache does not catch, so the caller sees a damaged row (a session store: `SessionCorrupt`; the disk
+tier: a logged miss that removes the row), never a silent one.
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ from typing import Any
 
 import diskcache
 
-from runtime.errors import UnsafeRecord
+from runtime.errors import MissingValueFile, UnsafeRecord
 
 __all__ = ["RawDisk"]
 
-_MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
+_MODE_BINARY, _MODE_TEXT, _MODE_PICKLE = 2, 3, 4  # diskcache.core.MODE_*
 
 
 class RawDisk(diskcache.Disk):  # type: ignore[misc]
@@ -41,4 +46,9 @@ class RawDisk(diskcache.Disk):  # type: ignore[misc]
     def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> Any:
         if mode == _MODE_PICKLE:
             raise UnsafeRecord(f"a value row is stored pickled (file {filename!r}); it is not loaded")
-        return super().fetch(mode, filename, value, read)
+        try:
+            return super().fetch(mode, filename, value, read)
+        except OSError as err:
+            if mode in (_MODE_BINARY, _MODE_TEXT) and filename:
+                raise MissingValueFile(filename, f"{type(err).__name__}: {err.strerror or err}") from err
+            raise

@@ -60,7 +60,7 @@ from caches.disk.format import (
 from caches.disk.mirror import Item, Mirror
 from caches.disk.store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
-from runtime.errors import DiskTierUnavailable, InvalidConfig, UnsafeRecord
+from runtime.errors import DiskTierUnavailable, InvalidConfig, MissingValueFile, UnsafeRecord
 from runtime.log import get_logger
 
 __all__ = ["DiskTier", "DiskTierStats", "DiskTierUnavailable"]
@@ -94,6 +94,8 @@ def _rejection(e: BaseException) -> tuple[str, str]:
     """(reason, detail) for a row that cannot be used."""
     if isinstance(e, StateFormatError):
         return e.reason, str(e)
+    if isinstance(e, MissingValueFile):
+        return "missing", str(e)
     return ("unsafe" if isinstance(e, UnsafeRecord) else "unreadable"), _why(e)
 
 
@@ -381,7 +383,7 @@ class DiskTier:
         try:
             handle: Any = self._store.get(REC + d, read=True)
             why = ("missing", "no state record")
-        except (UnsafeRecord, OSError) as e:
+        except (UnsafeRecord, MissingValueFile, OSError) as e:
             handle, why = None, _rejection(e)
         if handle is None:
             with self._lock, self._write():
