@@ -32,6 +32,7 @@ __all__ = [
     "EngineError",
     "InvalidConfig",
     "InvalidHistoryOp",
+    "InvalidPattern",
     "InvalidRequest",
     "InvalidSampling",
     "InvalidSession",
@@ -60,6 +61,7 @@ __all__ = [
     "TurnstileError",
     "Unavailable",
     "UnsafeRecord",
+    "UnsupportedPattern",
     "UnsupportedSchema",
 ]
 
@@ -183,6 +185,14 @@ class UnsupportedSchema(BadInput):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class UnsupportedPattern(UnsupportedSchema):
+    """Raised (and caught by the converter) for a valid regular expression GBNF cannot express."""
+
+
+class InvalidPattern(UnsupportedSchema):
+    """Raised (and turned into a conversion error) for a pattern that is not a valid regular expression."""
 
 
 class ResponseFormatError(BadInput, TypeError):

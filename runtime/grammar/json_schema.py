@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.errors import UnsupportedSchema
+from runtime.errors import InvalidPattern, UnsupportedPattern, UnsupportedSchema
 from runtime.grammar.gbnf import (
     INT_MAX,
     PRIMITIVE_RULES,
@@ -26,7 +26,7 @@ from runtime.grammar.gbnf import (
     sanitize_rule_name,
 )
 from runtime.grammar.int_range import int_range_rule
-from runtime.grammar.pattern import InvalidPattern, UnsupportedPattern, pattern_to_rule
+from runtime.grammar.pattern import pattern_to_rule
 from runtime.grammar.schema_nodes import (
     INT64_MAX,
     INT64_MIN,

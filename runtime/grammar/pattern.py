@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.errors import UnsupportedSchema
+from runtime.errors import InvalidPattern, UnsupportedPattern
 from runtime.grammar.gbnf import INT_MAX, build_repetition, gbnf_escape_length
 from runtime.grammar.schema_nodes import parse_leading_int
 
@@ -23,14 +23,6 @@ _NON_LITERAL = frozenset("|.()[]{}*+?^$")
 _ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS = frozenset("^$.[]()|{}*+?")
 _DOT_ALL = "[\\U00000000-\\U0010FFFF]"
 _DOT = "[^\\x0A\\x0D]"
-
-
-class UnsupportedPattern(UnsupportedSchema):
-    """Raised (and caught by the converter) for a valid regular expression GBNF cannot express."""
-
-
-class InvalidPattern(UnsupportedSchema):
-    """Raised (and turned into a conversion error) for a pattern that is not a valid regular expression."""
 
 
 # a sequence item: (text, is_literal); a literal's text is unquoted and already GBNF-escaped

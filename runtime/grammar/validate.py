@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.errors import ReplyMismatch
+from runtime.errors import InvalidPattern, ReplyMismatch, UnsupportedPattern
 from runtime.grammar.gbnf import json_dump
-from runtime.grammar.pattern import InvalidPattern, UnsupportedPattern, pattern_to_rule
+from runtime.grammar.pattern import pattern_to_rule
 from runtime.grammar.schema_nodes import (
     INT64_MAX,
     INT64_MIN,

@@ -29,12 +29,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from runtime.errors import TurnstileError
+
 __all__ = ["LlamaServer", "LlamaServerError", "ServerReply", "free_port", "server_args"]
 
 HOST = "127.0.0.1"
 
 
-class LlamaServerError(RuntimeError):
+class LlamaServerError(TurnstileError, RuntimeError):
     """llama-server did not start, answered with an error, or did not answer in time."""
 
 

@@ -17,13 +17,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from runtime.errors import TurnstileError
+
 __all__ = ["ServeProcess", "ServeProcessError"]
 
 _ROOT = Path(__file__).resolve().parents[2]
 _READY = "turnstile serve: listening on "
 
 
-class ServeProcessError(RuntimeError):
+class ServeProcessError(TurnstileError, RuntimeError):
     """The server exited before it was ready (its output is in the message)."""
 
 

@@ -19,6 +19,7 @@ import anyio.abc
 import msgspec
 
 from runtime.api import Runtime
+from runtime.errors import TurnstileError
 from runtime.log import get_logger
 from runtime.reply import Reply
 from runtime.serve.http import convert
@@ -45,7 +46,7 @@ _SSE_HEADERS = [
 _decoder = msgspec.json.Decoder(ChatRequest)
 
 
-class ClientGone(Exception):
+class ClientGone(TurnstileError):
     """The client disconnected before the request body was read."""
 
 
