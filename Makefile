@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_ARGS
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench oracle clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ demo: install
 
 bench: install
 	$(BIN)/python -m benchmarks all
+
+# llama-server from the llama.cpp that llama-cpp-python vendors, for the oracle tests (TURNSTILE_LLAMA_SERVER);
+# built under .cache/oracle/, skipped when up to date; prints where the binary is.
+oracle: $(BIN)/python
+	$(BIN)/python .ci/build-oracle
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

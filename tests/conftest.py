@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file."""
+"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file; the oracle gate."""
 
 from __future__ import annotations
 
@@ -10,9 +10,21 @@ import pytest
 
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
+from runtime.testing.oracle import oracle_verdict
 from runtime.testing.tiny_models import write_all
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked `oracle` need TURNSTILE_LLAMA_SERVER: skipped without it, failed without it in CI."""
+    if item.get_closest_marker("oracle") is None:
+        return
+    verdict = oracle_verdict()
+    if verdict.action == "fail":
+        pytest.fail(verdict.reason, pytrace=False)
+    if verdict.action == "skip":
+        pytest.skip(verdict.reason)
 
 
 @pytest.fixture(scope="session")

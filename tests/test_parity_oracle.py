@@ -8,12 +8,12 @@ must have the same prompt (text and tokens), the same reply text and finish reas
 accounting: cache_n == cached_tokens, prompt_n == prefilled_tokens, predicted_n == generated tokens.
 
 Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (built from the llama.cpp that
-llama-cpp-python vendors, so both sides run the same kernels).
+llama-cpp-python vendors, so both sides run the same kernels: `make oracle`); skipped without one, failed
+without one in CI (tests/conftest.py, runtime/testing/oracle.py).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,25 +26,12 @@ from runtime.llama.engine import Engine
 from runtime.slot.executor import Slot
 from runtime.testing import workloads as _workload
 from runtime.testing.llama_server import LlamaServer
+from runtime.testing.oracle import llama_server_binary
 from sessions import Sampling
 
-ENV = "TURNSTILE_LLAMA_SERVER"
-_BINARY = os.environ.get(ENV, "")
+_BINARY = llama_server_binary()
 
-
-def _skip_reason() -> str | None:
-    if not _BINARY:
-        return f"{ENV} is not set (it names a llama-server binary to compare with)"
-    if not (os.path.isfile(_BINARY) and os.access(_BINARY, os.X_OK)):
-        return f"{ENV}={_BINARY!r} is not an executable file"
-    return None
-
-
-pytestmark = [
-    pytest.mark.oracle,
-    pytest.mark.slow,
-    pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or ""),
-]
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]  # the oracle gate is in tests/conftest.py
 
 N_CTX = 4096
 N_BATCH = 2048

@@ -7,7 +7,6 @@ Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (see tests/tes
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,17 +15,12 @@ from openai import OpenAI
 
 from runtime.testing import workloads
 from runtime.testing.llama_server import LlamaServer
+from runtime.testing.oracle import llama_server_binary
 from runtime.testing.process import ServeProcess
 
-ENV = "TURNSTILE_LLAMA_SERVER"
-_BINARY = os.environ.get(ENV, "")
-_USABLE = bool(_BINARY) and os.path.isfile(_BINARY) and os.access(_BINARY, os.X_OK)
+_BINARY = llama_server_binary()
 
-pytestmark = [
-    pytest.mark.oracle,
-    pytest.mark.slow,
-    pytest.mark.skipif(not _USABLE, reason=f"{ENV} does not name a llama-server binary"),
-]
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]  # the oracle gate is in tests/conftest.py
 
 N_CONV, N_TURN = 6, 5
 N_CTX, N_BATCH, N_UBATCH, THREADS, CACHE_RAM_MIB = 4096, 2048, 512, 2, 8192

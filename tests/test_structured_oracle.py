@@ -6,23 +6,18 @@ without the ```json fence SmolLM2 likes to open). Runs only when TURNSTILE_LLAMA
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from runtime import Runtime
 from runtime.testing.llama_server import LlamaServer
+from runtime.testing.oracle import llama_server_binary
 from runtime.testing.workloads import STRUCTURED_PROMPTS
 
-ENV = "TURNSTILE_LLAMA_SERVER"
-_BINARY = os.environ.get(ENV, "")
+_BINARY = llama_server_binary()
 
-pytestmark = [
-    pytest.mark.oracle,
-    pytest.mark.slow,
-    pytest.mark.skipif(not os.path.isfile(_BINARY), reason=f"{ENV} does not name a llama-server binary"),
-]
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]  # the oracle gate is in tests/conftest.py
 
 N_CTX, THREADS, MAX_TOKENS, SEED = 4096, 2, 96, 0
 

@@ -15,63 +15,17 @@ from pathlib import Path
 import gguf
 
 from runtime.testing.tiny_models import _WORDS, Vocab, write_llama
+from runtime.testing.vendor import vendored_template
 
-# Qwen/Qwen2.5-7B-Instruct's chat template, verbatim (as in llama.cpp's models/templates).
-QWEN25_TEMPLATE = """{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>' + message.role }}
-        {%- if message.content %}
-            {{- '\\n' + message.content }}
-        {%- endif %}
-        {%- for tool_call in message.tool_calls %}
-            {%- if tool_call.function is defined %}
-                {%- set tool_call = tool_call.function %}
-            {%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' }}
-            {{- tool_call.name }}
-            {{- '", "arguments": ' }}
-            {{- tool_call.arguments | tojson }}
-            {{- '}\\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {{- message.content }}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
+# Qwen/Qwen2.5-7B-Instruct's chat template, read from the llama.cpp tree llama-cpp-python vendors (third-party
+# text is not kept in this repository); fetched on first use, not at import.
+QWEN25_TEMPLATE_NAME = "Qwen-Qwen2.5-7B-Instruct.jinja"
+
+
+def qwen25_template() -> str:
+    """Qwen 2.5's chat template, verbatim (llama.cpp's models/templates/Qwen-Qwen2.5-7B-Instruct.jinja)."""
+    return vendored_template(QWEN25_TEMPLATE_NAME)
+
 
 # A Llama 3.x-style template (condensed from Llama 3.2's): tools go in the system message unless
 # tools_in_user_message; a tool call is rendered as {"name": ..., "parameters": ...}; tool results as ipython.
@@ -162,7 +116,8 @@ def _vocab(specials: list[tuple[str, int]], template: str, bos: str, eos: str) -
 
 def write_qwen(path: Path, *, seed: int = 11) -> Path:
     """A tiny llama with Qwen 2.5's chat template (tools rendered in the system message, `<tool_call>`)."""
-    return write_llama(path, seed=seed, vocab=_vocab(QWEN_SPECIALS, QWEN25_TEMPLATE, "<|endoftext|>", "<|im_end|>"))
+    vocab = _vocab(QWEN_SPECIALS, qwen25_template(), "<|endoftext|>", "<|im_end|>")
+    return write_llama(path, seed=seed, vocab=vocab)
 
 
 def write_llama3(path: Path, *, seed: int = 12) -> Path:
