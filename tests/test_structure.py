@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_no_import_cycles() -> None:
         if node not in state:
             visit(node, [])
     # a package's __init__ that re-exports its own modules is not a cycle of logic: skip `pkg -> pkg.mod -> pkg`
-    real = [c for c in cycles if not any(_within(b, a) or _within(a, b) for a, b in zip(c, c[1:], strict=False))]
+    real = [c for c in cycles if not any(_within(b, a) or _within(a, b) for a, b in itertools.pairwise(c))]
     assert real == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in real)
 
 
@@ -121,7 +122,9 @@ def test_only_the_llama_package_imports_llama_cpp() -> None:
 
 def test_the_event_loop_side_imports_neither_the_slot_nor_llama() -> None:
     bad = {
-        m: sorted(d for d in deps if any(_within(d, p) for p in ("runtime.slot", "runtime.llama", "runtime.backend.llama")))
+        m: sorted(
+            d for d in deps if any(_within(d, p) for p in ("runtime.slot", "runtime.llama", "runtime.backend.llama"))
+        )
         for m, deps in GRAPH.items()
         if _within(m, "runtime.loop")
     }
