@@ -4,6 +4,8 @@ and clients that leave (driven through httpx's ASGI transport, or the raw ASGI i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -476,6 +478,16 @@ async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyP
         assert seen["tools"] == [tool] and seen["tool_choice"] == "required" and seen["response_format"] == schema
         assert seen["messages"][2]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
         assert seen["messages"][3] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+
+
+def test_the_asgi_helpers_load_no_framework() -> None:
+    """`runtime.serve.asgi` is shared by the HTTP app, the Ray relay and the router: it loads none of them."""
+    code = (
+        "import sys, runtime.serve.asgi; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'ray', 'llama_cpp', 'anyio'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_error_mapping() -> None:
