@@ -22,6 +22,7 @@ from ray.serve._private.common import DeploymentID
 from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 from ray.serve._private.long_poll import LongPollNamespace
 
+import runtime
 from runtime.serve.cluster import ray as cluster
 from runtime.serve.cluster.affinity import conversation_key, order
 from sessions.redis import RedisStore
@@ -53,6 +54,12 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 yield Cluster(url, redis, client)
         finally:
             cluster.stop(APP)
+
+
+def test_ray_workers_are_given_the_directory_that_holds_runtime() -> None:
+    """`start` puts this directory first on the workers' PYTHONPATH: `runtime/` itself there would shadow the
+    standard library with `runtime/types.py` and every worker would die at startup."""
+    assert Path(cluster._ROOT) == Path(runtime.__file__).resolve().parent.parent
 
 
 def replicas() -> set[str]:
