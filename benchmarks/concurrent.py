@@ -27,9 +27,11 @@ from typing import Any
 
 import anyio
 
+from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
+from runtime.testing import workloads
 
 COLUMNS = [
     "policy",
@@ -75,7 +77,7 @@ async def _session(rt: Runtime, s: int, turns: int, sampling: dict[str, Any], ru
         t0 = time.perf_counter()
         first: float | None = None
         reply: Reply | None = None
-        async for item in rt.stream(sid, w.user_message(s, t), **sampling):  # read to the end
+        async for item in rt.stream(sid, workloads.user_message(s, t), **sampling):  # read to the end
             if isinstance(item, Reply):
                 reply = item
             elif first is None and item:
@@ -108,7 +110,7 @@ async def _run_policy(model: Path, policy: str, args: argparse.Namespace) -> dic
         max_queued=max(1024, 2 * args.sessions),
     ) as rt:
         for s in range(args.sessions):
-            await rt.create_session(f"s{s}", system=w.persona(s)[0])
+            await rt.create_session(f"s{s}", system=workloads.persona(s)[0])
         stop = anyio.Event()
         async with anyio.create_task_group() as outer:
             outer.start_soon(_ticker, run, stop)
@@ -124,13 +126,13 @@ async def _run_policy(model: Path, policy: str, args: argparse.Namespace) -> dic
         "policy": policy,
         "sessions": args.sessions,
         "replies": len(run.done),
-        "ttft_p50_ms": round(1000 * w.percentile(run.ttft, 50), 2),
-        "ttft_p99_ms": round(1000 * w.percentile(run.ttft, 99), 2),
-        "done_p50_ms": round(1000 * w.percentile(run.done, 50), 2),
-        "done_p99_ms": round(1000 * w.percentile(run.done, 99), 2),
+        "ttft_p50_ms": round(1000 * _rows.percentile(run.ttft, 50), 2),
+        "ttft_p99_ms": round(1000 * _rows.percentile(run.ttft, 99), 2),
+        "done_p50_ms": round(1000 * _rows.percentile(run.done, 50), 2),
+        "done_p99_ms": round(1000 * _rows.percentile(run.done, 99), 2),
         "replies_s": round(len(run.done) / wall, 2),
         "tokens_s": round(run.generated / wall, 1),
-        "loop_lag_p99_ms": round(1000 * w.percentile(run.lag, 99), 2),
+        "loop_lag_p99_ms": round(1000 * _rows.percentile(run.lag, 99), 2),
         "loop_lag_max_ms": round(1000 * max(run.lag, default=0.0), 2),
         "service_ratio": _service_ratio(run.completions, args.sessions),
         "done_spread": round(max(finish) / min(finish), 3) if finish and min(finish) > 0 else None,
@@ -155,7 +157,7 @@ def _model(arg: str | None, tmp: str) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("concurrent", __doc__)
+    ap = _cli.parser("concurrent", __doc__)
     ap.add_argument("--sessions", type=int, default=64)
     ap.add_argument("--turns", type=int, default=4, help="turns per session, asked one after the other")
     ap.add_argument("--max-tokens", type=int, default=16, help="tokens per reply (end of generation ignored)")
@@ -170,12 +172,12 @@ def main(argv: list[str]) -> None:
         ap.error("--sessions and --turns must be at least 1")
     policies = [p for p in args.policies.split(",") if p]
     rows: list[dict[str, Any]] = []
-    with w.temp_dir("turnstile-concurrent-") as tmp:
+    with _cli.temp_dir("turnstile-concurrent-") as tmp:
         model = _model(args.model, tmp)
         for policy in policies:
-            w.progress(f"{policy}: {args.sessions} sessions x {args.turns} turns")
+            _cli.progress(f"{policy}: {args.sessions} sessions x {args.turns} turns")
             rows.append(anyio.run(_run_policy, model, policy, args))
-    w.write(
+    _cli.write(
         "concurrent",
         rows,
         params={

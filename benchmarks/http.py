@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import httpx2 as httpx
 
-from benchmarks import _workload as w
+from benchmarks import _cli, _rows
 from runtime import Runtime
 from runtime.testing import ScriptedBackend, workloads
 from runtime.testing.process import ServeProcess
@@ -46,7 +46,7 @@ def _row(mode: str, client: str, times: list[float], errors: int = 0, wall: floa
         "requests": len(times),
         "errors": errors,
         "p50_ms": round(1000 * statistics.median(times), 3) if times else 0.0,
-        "p90_ms": round(1000 * w.percentile(times, 90), 3) if times else 0.0,
+        "p90_ms": round(1000 * _rows.percentile(times, 90), 3) if times else 0.0,
         "overhead_ms": "-",
         "req_s": round(len(times) / wall, 1) if wall else 0.0,
     }
@@ -210,7 +210,7 @@ async def _concurrent(url: str, clients: int, per_client: int) -> dict[str, Any]
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("http", __doc__)
+    ap = _cli.parser("http", __doc__)
     ap.add_argument("--requests", type=int, default=400, help="sequential requests per mode")
     ap.add_argument("--clients", type=int, default=64, help="concurrent streaming clients")
     ap.add_argument("--per-client", type=int, default=4, help="streamed requests per concurrent client")
@@ -219,19 +219,19 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     model = Path(args.model) if args.model else None
     reqs = _requests(args.requests)
-    w.progress(f"in-process: {len(reqs)} requests x 2 modes")
+    _cli.progress(f"in-process: {len(reqs)} requests x 2 modes")
     rows = anyio.run(_in_process, model, reqs)
     server_args = ["--scripted"] if model is None else ["--model", str(model), "--ctx", "2048", "--threads", "2"]
     with ServeProcess(*server_args) as srv:
-        w.progress(f"over HTTP ({srv.url}): {len(reqs)} requests x 3")
+        _cli.progress(f"over HTTP ({srv.url}): {len(reqs)} requests x 3")
         rows += anyio.run(_over_http, srv.url, reqs)
-        w.progress(f"{args.clients} concurrent streaming clients x {args.per_client}")
+        _cli.progress(f"{args.clients} concurrent streaming clients x {args.per_client}")
         rows.append(anyio.run(_concurrent, srv.url, args.clients, args.per_client))
     base = {r["mode"]: r["p50_ms"] for r in rows if r["client"] == "in-process"}
     for r in rows:
         if r["client"] in ("raw", "httpx", "openai"):
             r["overhead_ms"] = round(r["p50_ms"] - base[r["mode"]], 3)
-    w.write(
+    _cli.write(
         "http",
         rows,
         params={

@@ -17,7 +17,9 @@ token lists and used for every row. `same_text` counts the replies equal to turn
 
 from __future__ import annotations
 
+from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
+from runtime.testing import workloads
 
 SYSTEMS = ("turnstile", "llama-cpp", "llama-cpp-ram", "server")
 LABELS = {
@@ -35,34 +37,34 @@ def factories(
     for n in names:
         label = LABELS[n]
         if n == "turnstile":
-            out.append((label, w.turnstile_factory(label, settings)))
+            out.append((label, _systems.turnstile_factory(label, settings)))
         elif n == "llama-cpp":
-            out.append((label, w.llama_cpp_factory(label, settings)))
+            out.append((label, _systems.llama_cpp_factory(label, settings)))
         elif n == "llama-cpp-ram":
-            out.append((label, w.llama_cpp_factory(label, settings, ram_cache_bytes=2 << 30)))
+            out.append((label, _systems.llama_cpp_factory(label, settings, ram_cache_bytes=2 << 30)))
         elif n == "server" and binary:
             label = f"llama-server -np 1 --cache-ram {server_ram_mib}"
-            out.append((label, w.server_factory(label, settings, binary, server_ram_mib)))
+            out.append((label, _systems.server_factory(label, settings, binary, server_ram_mib)))
     return out
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("interleaved", __doc__)
-    w.add_common_args(ap, conversations=6, turns=5)
+    ap = _cli.parser("interleaved", __doc__)
+    _cli.add_common_args(ap, conversations=6, turns=5)
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
     ap.add_argument("--server-cache-ram", type=int, default=8192, help="llama-server's --cache-ram (MiB)")
     args = ap.parse_args(argv)
-    w.check_binary(ap, args.llama_server)
-    names = w.systems_arg(ap, args.systems, SYSTEMS)
+    _cli.check_binary(ap, args.llama_server)
+    names = _cli.systems_arg(ap, args.systems, SYSTEMS)
     if names[0] != "turnstile":  # ideal prefill is measured on turnstile's token lists
         names = ["turnstile", *[n for n in names if n != "turnstile"]]
-    settings = w.settings_from(args)
-    turns = w.schedule(args.conversations, args.turns)
-    rows = w.compare_systems(factories(names, settings, args.llama_server, args.server_cache_ram), turns)
-    w.write(
+    settings = _cli.settings_from(args)
+    turns = workloads.schedule(args.conversations, args.turns)
+    rows = _rows.compare_systems(factories(names, settings, args.llama_server, args.server_cache_ram), turns)
+    _cli.write(
         "interleaved",
         rows,
-        params=w.common_params(args, settings) | {"server_cache_ram_mib": args.server_cache_ram},
+        params=_cli.common_params(args, settings) | {"server_cache_ram_mib": args.server_cache_ram},
         out=args.out,
-        columns=w.COLUMNS,
+        columns=_rows.COLUMNS,
     )

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
 from caches.tiered import Swap
+from runtime.testing import workloads
 
 SYSTEMS = ("turnstile", "turnstile-disk", "server")
 _PROSE = (
@@ -84,9 +86,9 @@ def document(conv: int, n_tokens: int, count: Callable[[str], int]) -> str:
     return " ".join(sentences)
 
 
-def messages(docs: list[str], conv: int, rnd: int, replies: dict[tuple[int, int], str]) -> w.Messages:
+def messages(docs: list[str], conv: int, rnd: int, replies: dict[tuple[int, int], str]) -> workloads.Messages:
     """Conversation `conv` at round `rnd`: the document and first question, then short follow-ups."""
-    msgs: w.Messages = []
+    msgs: workloads.Messages = []
     for r in range(rnd + 1):
         q = QUESTIONS[(conv + r) % len(QUESTIONS)]
         msgs.append({"role": "user", "content": f"{docs[conv]}\n\n{q}" if r == 0 else q})
@@ -102,7 +104,7 @@ class SwapMeter:
     seconds: float = 0.0
     moved: int = 0
 
-    def wrap(self, system: w.TurnstileSystem) -> None:
+    def wrap(self, system: _systems.TurnstileSystem) -> None:
         cache = system.rt.backend.slot.cache  # type: ignore[attr-defined]
         update: Callable[..., Swap] = cache.update
 
@@ -132,7 +134,7 @@ def play(
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("long-context", __doc__)
+    ap = _cli.parser("long-context", __doc__)
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="turns per conversation, played round robin")
     ap.add_argument("--doc-tokens", type=int, default=5800, help="tokens of each conversation's document")
@@ -146,12 +148,12 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--dir", default=None, help="where the disk tier's temporary directory goes")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write long-context.json")
     args = ap.parse_args(argv)
-    w.check_binary(ap, args.llama_server)
-    names = w.systems_arg(ap, args.systems, SYSTEMS)
+    _cli.check_binary(ap, args.llama_server)
+    names = _cli.systems_arg(ap, args.systems, SYSTEMS)
     if not names[0].startswith("turnstile"):  # ideal prefill is measured on turnstile's token lists
         names = ["turnstile", *names]
     args.turns = args.rounds
-    settings = w.settings_from(args)
+    settings = _cli.settings_from(args)
     mib = args.cache_ram
 
     import llama_cpp
@@ -172,27 +174,27 @@ def main(argv: list[str]) -> None:
             make: w.Factory
             if n == "turnstile":
                 label = f"turnstile, RAM {mib} MiB"
-                make = w.turnstile_factory(label, settings, cache_ram_mib=mib)
+                make = _systems.turnstile_factory(label, settings, cache_ram_mib=mib)
             elif n == "turnstile-disk":
                 label = f"turnstile, RAM {mib} MiB + disk"
-                make = w.turnstile_factory(label, settings, cache_ram_mib=mib, data_dir=str(Path(tmp) / "data"))
+                make = _systems.turnstile_factory(label, settings, cache_ram_mib=mib, data_dir=str(Path(tmp) / "data"))
             elif args.llama_server:
                 label = f"llama-server -np 1 --cache-ram {mib}"
-                make = w.server_factory(label, settings, args.llama_server, mib)
+                make = _systems.server_factory(label, settings, args.llama_server, mib)
             else:
                 continue
-            w.progress(f"{label}: {args.conversations} conversations x {args.rounds} rounds")
+            _cli.progress(f"{label}: {args.conversations} conversations x {args.rounds} rounds")
             with w.opened(make) as system:
                 stats: dict[str, Any] | None = None
-                if isinstance(system, w.TurnstileSystem):
+                if isinstance(system, _systems.TurnstileSystem):
                     meter = SwapMeter()
                     meter.wrap(system)
                 records, _ = play(system, docs, args.conversations, args.rounds)
-                if isinstance(system, w.TurnstileSystem):
+                if isinstance(system, _systems.TurnstileSystem):
                     stats = system.stats()
             if not ideal:
-                ideal, reference = w.ideal_of(records), records
-            row = w.summarize(label, records, ideal, None if records is reference else reference)
+                ideal, reference = _rows.ideal_of(records), records
+            row = _rows.summarize(label, records, ideal, None if records is reference else reference)
             if meter is not None:
                 row |= {
                     "swap_s": round(meter.seconds, 3),
@@ -202,15 +204,15 @@ def main(argv: list[str]) -> None:
             if stats is not None:
                 row["disk_loads"] = stats["slot"]["disk_loads"]
                 row["turnstile_stats"] = stats
-            rows.append(row | {"per_turn": w.per_turn(records)})
+            rows.append(row | {"per_turn": _rows.per_turn(records)})
     server = next((r for r in rows if r["system"].startswith("llama-server")), None)
     for r in rows:
         r["wall_vs_server"] = round(r["wall_s"] / server["wall_s"], 3) if server else "-"
         r["prefill_vs_server"] = round(r["prefilled"] / server["prefilled"], 3) if server else "-"
-    w.write(
+    _cli.write(
         "long-context",
         rows,
-        params=w.common_params(args, settings)
+        params=_cli.common_params(args, settings)
         | {
             "rounds": args.rounds,
             "doc_tokens": args.doc_tokens,

@@ -32,7 +32,8 @@ from typing import Any
 
 import anyio
 
-from benchmarks import _workload as w
+from benchmarks import _cli
+from caches.tokens import lcp
 from runtime import Runtime
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
@@ -81,7 +82,7 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
             r = await rt.chat("w", user_message(t), **gen)
             held = prev_full
             n = len(full.tokens)
-            ideal += n - min(w.lcp(held, full.tokens), n - 1)
+            ideal += n - min(lcp(held, full.tokens), n - 1)
             prev_full = [*full.tokens, *backend.slot.tokens[r.usage.prompt_tokens :]]
             prefilled += r.usage.prefilled_tokens
             prompt_total += r.usage.prompt_tokens
@@ -89,7 +90,7 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
             cuts += r.usage.dropped_messages != prev_dropped
             prev_dropped = r.usage.dropped_messages
             if (t + 1) % 25 == 0:
-                w.progress(f"keep {keep}: turn {t + 1}/{turns}, ratio so far {prefilled / max(ideal, 1):.2f}")
+                _cli.progress(f"keep {keep}: turn {t + 1}/{turns}, ratio so far {prefilled / max(ideal, 1):.2f}")
         total = time.perf_counter() - t0
     return {
         "policy": "naive (drop one turn)" if keep >= 1.0 else "window",
@@ -132,9 +133,9 @@ def plan_rows(model: str, keeps: list[float], turns: int) -> list[dict[str, Any]
                 msgs.append({"role": "user", "content": user_message(t)})
                 p = window.prepare(backend, "s", msgs, "window", MAX_TOKENS)  # type: ignore[arg-type]
                 prompt = p.rendered.tokens
-                prefilled += len(prompt) - min(w.lcp(slot, prompt), len(prompt) - 1)
+                prefilled += len(prompt) - min(lcp(slot, prompt), len(prompt) - 1)
                 full = eng.template.render(msgs, spans=False).tokens
-                ideal += len(full) - min(w.lcp(held, full), len(full) - 1)
+                ideal += len(full) - min(lcp(held, full), len(full) - 1)
                 slot, held = [*prompt, *gen[:-1]], [*full, *gen[:-1]]
                 cuts += p.dropped != dropped
                 dropped = p.dropped
@@ -199,7 +200,7 @@ def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> li
                 )
             for path, (low, mid) in paths.items():
                 rows.append({"messages": len(cur), "path": path, "ms_min": low, "ms_median": mid})
-            w.progress(f"render: {len(cur)} messages done")
+            _cli.progress(f"render: {len(cur)} messages done")
     base = {r["path"]: r["ms_min"] for r in rows if r["messages"] == rows[0]["messages"]}
     for row in rows:
         row["min_vs_10"] = row["ms_min"] / base[row["path"]]
@@ -207,7 +208,7 @@ def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> li
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("long-conversation", __doc__)
+    ap = _cli.parser("long-conversation", __doc__)
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--naive-turns", type=int, default=80, help="turns of the naive policy (0: skip it)")
     ap.add_argument("--keeps", default="0.125,0.2,0.25,0.5", help="keep fractions of the window policy")
@@ -224,16 +225,16 @@ def main(argv: list[str]) -> None:
     params = {"model": model, "n_ctx": N_CTX, "max_tokens": MAX_TOKENS, "threads": args.threads}
     if "render" in parts:
         rows = render_rows(model, [int(x) for x in args.sizes.split(",")], args.reps, args.starts_upto)
-        w.write(
+        _cli.write(
             "long-conversation-render", rows, params=params | {"reps": args.reps}, out=args.out, columns=RENDER_COLUMNS
         )
     if "plan" in parts:
         keeps = [float(k) for k in args.keeps.split(",")] + [1.0]
         rows = plan_rows(model, keeps, args.turns)
-        w.write("long-conversation-plan", rows, params=params, out=args.out, columns=WINDOW_COLUMNS[:-2])
+        _cli.write("long-conversation-plan", rows, params=params, out=args.out, columns=WINDOW_COLUMNS[:-2])
     if "window" in parts:
         runs = [(float(k), args.turns) for k in args.keeps.split(",")]
         if args.naive_turns:
             runs.append((1.0, args.naive_turns))
         rows = [anyio.run(_window_run, model, keep, turns, args.threads) for keep, turns in runs]
-        w.write("long-conversation", rows, params=params, out=args.out, columns=WINDOW_COLUMNS)
+        _cli.write("long-conversation", rows, params=params, out=args.out, columns=WINDOW_COLUMNS)

@@ -34,6 +34,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
@@ -219,13 +220,13 @@ def _summary(label: str, runs: list[Run]) -> dict[str, Any]:
         return statistics.median(values)
 
     tps = [r.tokens / r.wall for r in runs]
-    p50 = [1000 * w.percentile(r.ttft, 50) for r in runs]
+    p50 = [1000 * _rows.percentile(r.ttft, 50) for r in runs]
     return {
         "system": label,
         "runs": len(runs),
         "ttft_p50_ms": round(med(p50), 1),
-        "ttft_p90_ms": round(med([1000 * w.percentile(r.ttft, 90) for r in runs]), 1),
-        "ttft_p99_ms": round(med([1000 * w.percentile(r.ttft, 99) for r in runs]), 1),
+        "ttft_p90_ms": round(med([1000 * _rows.percentile(r.ttft, 90) for r in runs]), 1),
+        "ttft_p99_ms": round(med([1000 * _rows.percentile(r.ttft, 99) for r in runs]), 1),
         "tokens_s": round(med(tps), 2),
         "tokens_s_spread": f"{min(tps):.2f}-{max(tps):.2f}",
         "ttft_p50_spread": f"{min(p50):.0f}-{max(p50):.0f}",
@@ -244,7 +245,7 @@ def _summary(label: str, runs: list[Run]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("multi-round", __doc__)
+    ap = _cli.parser("multi-round", __doc__)
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=4, help="questions per user, asked one after the other")
     ap.add_argument("--answer-tokens", type=int, default=32, help="tokens per answer (end of generation ignored)")
@@ -259,8 +260,8 @@ def main(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     if min(args.users, args.rounds, args.answer_tokens, args.runs) < 1:
         ap.error("--users, --rounds, --answer-tokens and --runs must be at least 1")
-    w.check_binary(ap, args.llama_server)
-    names = [n for n in w.systems_arg(ap, args.systems, SYSTEMS) if n == "turnstile" or args.llama_server]
+    _cli.check_binary(ap, args.llama_server)
+    names = [n for n in _cli.systems_arg(ap, args.systems, SYSTEMS) if n == "turnstile" or args.llama_server]
     model = Path(args.model) if args.model else default_model_path()
 
     import llama_cpp
@@ -274,13 +275,13 @@ def main(argv: list[str]) -> None:
     for i in range(args.runs):
         order = names[i % len(names) :] + names[: i % len(names)]  # alternate who goes first
         for n in order:
-            w.progress(f"run {i + 1}/{args.runs}: {labels[n]}, {args.users} users x {args.rounds} rounds")
+            _cli.progress(f"run {i + 1}/{args.runs}: {labels[n]}, {args.users} users x {args.rounds} rounds")
             if n == "turnstile":
                 runs[n].append(anyio.run(_turnstile_run, model, system, args))
             else:
                 runs[n].append(_server_run(args.llama_server, model, system, args, 1 if n == "server-np1" else 4))
     rows = [_summary(labels[n], runs[n]) for n in names]
-    w.write(
+    _cli.write(
         "multi-round",
         rows,
         params={

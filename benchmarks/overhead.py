@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from benchmarks import _workload as w
+from benchmarks import _cli, _rows
 from runtime import Runtime
 from runtime.loop.scheduler import Job, Scheduler
 from runtime.testing import ScriptedBackend
@@ -85,13 +85,13 @@ def _row(layer: str, policy: str, depth: int, times: list[float]) -> dict[str, A
         "rounds": len(times),
         "requests": depth * len(times),
         "us_per_request": round(1e6 * statistics.median(per), 1),
-        "us_p90_round": round(1e6 * w.percentile(per, 90), 1),
+        "us_p90_round": round(1e6 * _rows.percentile(per, 90), 1),
         "total_s": round(sum(times), 3),
     }
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("overhead", __doc__)
+    ap = _cli.parser("overhead", __doc__)
     ap.add_argument("--depths", default="1,10,100,1000", help="queued requests per round, comma-separated")
     ap.add_argument("--requests", type=int, default=2000, help="requests per depth (at least 3 rounds)")
     ap.add_argument("--policies", default="fifo,affinity")
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> None:
             for depth in depths:
                 times = anyio.run(fn, policy, depth, rounds_for(depth, args.requests))
                 rows.append(_row(layer, policy, depth, times))
-    w.write(
+    _cli.write(
         "overhead",
         rows,
         params={

@@ -16,45 +16,47 @@ Columns as in `interleaved`; "ideal" is measured on the first turnstile run's to
 
 from __future__ import annotations
 
+from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
+from runtime.testing import workloads
 
 SYSTEMS = ("turnstile", "turnstile-disk", "server", "llama-cpp-ram")
 DEFAULT_SYSTEMS = ("turnstile", "turnstile-disk", "server")
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("pressure", __doc__)
-    w.add_common_args(ap, conversations=6, turns=5)
+    ap = _cli.parser("pressure", __doc__)
+    _cli.add_common_args(ap, conversations=6, turns=5)
     ap.add_argument("--cache-ram", type=int, default=16, help="the RAM prompt cache limit of every system (MiB)")
     ap.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
     args = ap.parse_args(argv)
-    w.check_binary(ap, args.llama_server)
-    names = w.systems_arg(ap, args.systems, SYSTEMS)
+    _cli.check_binary(ap, args.llama_server)
+    names = _cli.systems_arg(ap, args.systems, SYSTEMS)
     if not names[0].startswith("turnstile"):  # ideal prefill is measured on turnstile's token lists
         names = ["turnstile", *names]
-    settings = w.settings_from(args)
+    settings = _cli.settings_from(args)
     mib = args.cache_ram
-    turns = w.schedule(args.conversations, args.turns)
-    with w.temp_dir("turnstile-pressure-") as tmp:
+    turns = workloads.schedule(args.conversations, args.turns)
+    with _cli.temp_dir("turnstile-pressure-") as tmp:
         systems: list[tuple[str, w.Factory]] = []
         for n in names:
             if n == "turnstile":
                 label = f"turnstile, RAM {mib} MiB"
-                systems.append((label, w.turnstile_factory(label, settings, cache_ram_mib=mib)))
+                systems.append((label, _systems.turnstile_factory(label, settings, cache_ram_mib=mib)))
             elif n == "turnstile-disk":
                 label = f"turnstile, RAM {mib} MiB + disk"
-                systems.append((label, w.turnstile_factory(label, settings, cache_ram_mib=mib, data_dir=tmp)))
+                systems.append((label, _systems.turnstile_factory(label, settings, cache_ram_mib=mib, data_dir=tmp)))
             elif n == "server" and args.llama_server:
                 label = f"llama-server --cache-ram {mib}"
-                systems.append((label, w.server_factory(label, settings, args.llama_server, mib)))
+                systems.append((label, _systems.server_factory(label, settings, args.llama_server, mib)))
             elif n == "llama-cpp-ram":
                 label = f"llama-cpp-python + LlamaRAMCache({mib} MiB)"
-                systems.append((label, w.llama_cpp_factory(label, settings, ram_cache_bytes=mib << 20)))
-        rows = w.compare_systems(systems, turns)
-    w.write(
+                systems.append((label, _systems.llama_cpp_factory(label, settings, ram_cache_bytes=mib << 20)))
+        rows = _rows.compare_systems(systems, turns)
+    _cli.write(
         "pressure",
         rows,
-        params=w.common_params(args, settings) | {"cache_ram_mib": mib},
+        params=_cli.common_params(args, settings) | {"cache_ram_mib": mib},
         out=args.out,
-        columns=w.COLUMNS,
+        columns=_rows.COLUMNS,
     )

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from benchmarks._workload import write
+from benchmarks._cli import write
 from runtime.llama.models import default_model_path
 from runtime.testing.workloads import persona
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
+from runtime.testing import workloads
 
 COLUMNS = [
     "system",
@@ -32,23 +34,23 @@ COLUMNS = [
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("restart", __doc__)
-    w.add_common_args(ap, conversations=6, turns=2)
+    ap = _cli.parser("restart", __doc__)
+    _cli.add_common_args(ap, conversations=6, turns=2)
     ap.add_argument("--after", type=int, default=2, help="turns per conversation after the restart")
     ap.add_argument("--cache-ram", type=int, default=None, help="RAM cache MiB (default: llama-server's, 8192)")
     args = ap.parse_args(argv)
-    w.check_binary(ap, args.llama_server)
+    _cli.check_binary(ap, args.llama_server)
     before = args.turns  # turns per conversation before the restart
-    settings = w.settings_from(args)
-    phase1 = w.schedule(args.conversations, before)
-    phase2 = w.schedule(args.conversations, args.after, first_turn=before)
+    settings = _cli.settings_from(args)
+    phase1 = workloads.schedule(args.conversations, before)
+    phase2 = workloads.schedule(args.conversations, args.after, first_turn=before)
     rows: list[dict[str, Any]] = []
-    with w.temp_dir("turnstile-restart-") as tmp:
+    with _cli.temp_dir("turnstile-restart-") as tmp:
         # turnstile: the same data_dir twice; the driver's token lists carry the ideal across the restart
         label = "turnstile + disk"
         convs = w.Conversations()
-        w.progress(f"{label}: {len(phase1)} turns, restart, {len(phase2)} turns")
-        ts1 = w.TurnstileSystem(label, settings, data_dir=tmp, cache_ram_mib=args.cache_ram)
+        _cli.progress(f"{label}: {len(phase1)} turns, restart, {len(phase2)} turns")
+        ts1 = _systems.TurnstileSystem(label, settings, data_dir=tmp, cache_ram_mib=args.cache_ram)
         try:
             rec1 = w.play(ts1, phase1, convs)
             states = ts1.states
@@ -56,7 +58,7 @@ def main(argv: list[str]) -> None:
             ts1.close()
         open1 = ts1.open_seconds
         t0 = time.perf_counter()
-        ts2 = w.TurnstileSystem(label, settings, data_dir=tmp, cache_ram_mib=args.cache_ram)
+        ts2 = _systems.TurnstileSystem(label, settings, data_dir=tmp, cache_ram_mib=args.cache_ram)
         open2 = time.perf_counter() - t0
         try:
             ts2.remember(states)
@@ -64,7 +66,7 @@ def main(argv: list[str]) -> None:
             stats = ts2.stats()
         finally:
             ts2.close()
-        ideal = w.ideal_of([*rec1, *rec2])
+        ideal = _rows.ideal_of([*rec1, *rec2])
         ref = [*rec1, *rec2]
         rows.append(_row(label, "before", rec1, ideal, None, open1))
         rows.append(_row(label, "after restart", rec2, ideal, None, open2) | {"turnstile_stats": stats})
@@ -73,19 +75,19 @@ def main(argv: list[str]) -> None:
             mib = args.cache_ram if args.cache_ram is not None else 8192
             label = f"llama-server --cache-ram {mib}"
             convs = w.Conversations()
-            w.progress(f"{label}: {len(phase1)} turns, restart, {len(phase2)} turns")
+            _cli.progress(f"{label}: {len(phase1)} turns, restart, {len(phase2)} turns")
             results: list[tuple[list[w.TurnRecord], float]] = []
             for phase in (phase1, phase2):
                 t0 = time.perf_counter()
-                with w.opened(w.server_factory(label, settings, args.llama_server, mib)) as srv:
+                with w.opened(_systems.server_factory(label, settings, args.llama_server, mib)) as srv:
                     opened = time.perf_counter() - t0
                     results.append((w.play(srv, phase, convs), opened))
             rows.append(_row(label, "before", results[0][0], ideal, ref, results[0][1]))
             rows.append(_row(label, "after restart", results[1][0], ideal, ref, results[1][1]))
-    w.write(
+    _cli.write(
         "restart",
         rows,
-        params=w.common_params(args, settings)
+        params=_cli.common_params(args, settings)
         | {"before": before, "after": args.after, "cache_ram_mib": args.cache_ram},
         out=args.out,
         columns=COLUMNS,
@@ -100,5 +102,5 @@ def _row(
     reference: list[w.TurnRecord] | None,
     open_s: float,
 ) -> dict[str, Any]:
-    row = w.summarize(label, records, ideal, reference)
-    return {"system": label, "phase": phase, **row, "open_s": round(open_s, 3), "per_turn": w.per_turn(records)}
+    row = _rows.summarize(label, records, ideal, reference)
+    return {"system": label, "phase": phase, **row, "open_s": round(open_s, 3), "per_turn": _rows.per_turn(records)}

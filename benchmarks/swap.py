@@ -38,7 +38,7 @@ import llama_cpp
 import msgspec
 import numpy as np
 
-from benchmarks import _workload as w
+from benchmarks import _cli
 from caches.disk.tier import DiskTier
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
@@ -111,10 +111,10 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     with Engine(model, cfg) as eng:
         saved = Path(args.state_file) if args.state_file else None
         if saved is not None and saved.is_file() and eng.state_set(saved.read_bytes()):
-            w.progress(f"state loaded from {saved}")
+            _cli.progress(f"state loaded from {saved}")
             tokens = _fill(eng, args.tokens, evaluate=False)
         else:
-            w.progress(f"prefilling {args.tokens} tokens")
+            _cli.progress(f"prefilling {args.tokens} tokens")
             tokens = _fill(eng, args.tokens)
             if saved is not None:
                 saved.write_bytes(eng.state_get())
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("swap", __doc__)
+    ap = _cli.parser("swap", __doc__)
     ap.add_argument("--tokens", type=int, default=6000, help="tokens in the state")
     ap.add_argument("--n-ctx", type=int, default=8192)
     ap.add_argument("--repeat", type=int, default=5, help="runs of each operation (median and best reported)")
@@ -212,7 +212,7 @@ def main(argv: list[str]) -> None:
         ap.error("--tokens must be in 1..n_ctx-1 and --repeat at least 1")
     with tempfile.TemporaryDirectory(prefix="turnstile-swap-", dir=args.dir) as tmp:
         rows = run(args, Path(tmp))
-    w.write(
+    _cli.write(
         "swap",
         rows,
         params={

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +17,16 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+import ray
+from ray.serve._private.common import DeploymentID
+from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+from ray.serve._private.long_poll import LongPollNamespace
 
-ray = pytest.importorskip("ray")
-
-from runtime.serve.cluster import ray as cluster  # noqa: E402
-from runtime.serve.cluster.affinity import conversation_key, order  # noqa: E402
-from sessions.redis import RedisStore  # noqa: E402
-from tests.redis_server import RedisServer, free_port, running_redis  # noqa: E402
+import runtime
+from runtime.serve.cluster import ray as cluster
+from runtime.serve.cluster.affinity import conversation_key, order
+from sessions.redis import RedisStore
+from tests.redis_server import RedisServer, free_port, running_redis
 
 pytestmark = pytest.mark.ray
 
@@ -53,10 +56,35 @@ def served(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             cluster.stop(APP)
 
 
+def test_ray_workers_are_given_the_directory_that_holds_runtime() -> None:
+    """`start` puts this directory first on the workers' PYTHONPATH: `runtime/` itself there would shadow the
+    standard library with `runtime/types.py` and every worker would die at startup."""
+    assert Path(cluster._ROOT) == Path(runtime.__file__).resolve().parent.parent
+
+
 def replicas() -> set[str]:
     """The ids of the live replica actors."""
     names = ray.util.list_named_actors(all_namespaces=True)
     return {n["name"][len(PREFIX) :] for n in names if n["name"].startswith(PREFIX)}
+
+
+def running_replicas_once(condition: Callable[[set[str]], bool], timeout: float) -> set[str]:
+    """The ids of the replicas Ray Serve runs, once `condition` holds of them. Waits on Serve's own long poll
+    (the controller answers a `listen_for_change` when the deployment's running replicas change, the same
+    broadcast every router gets), so nothing sleeps; `timeout` bounds the whole wait."""
+    controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    key = (LongPollNamespace.DEPLOYMENT_TARGETS, DeploymentID(name=cluster.REPLICA, app_name=APP))
+    snapshot, ids = -1, set[str]()  # -1: no snapshot yet, the first answer is the current one
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        assert left > 0, f"the running replicas were still {sorted(ids)} after {timeout} s"
+        answer = ray.get(controller.listen_for_change.remote({key: snapshot}), timeout=left)
+        if isinstance(answer, dict) and key in answer:  # otherwise the poll timed out with no change: ask again
+            snapshot = answer[key].snapshot_id
+            ids = {r.replica_id.unique_id for r in answer[key].object_snapshot.running_replicas}
+            if condition(ids):
+                return ids
 
 
 def transcript(served: Cluster, c: Conversation) -> list[dict[str, str]]:
@@ -199,17 +227,16 @@ def test_a_killed_replica_loses_no_conversation_and_no_acknowledged_turn(served:
             assert transcript(served, c) == c.messages, c.session
 
     # Ray replaces the replica; new conversations that rank it first land on it.
-    deadline = time.monotonic() + 120
-    while (len(now := replicas()) != 2 or victim in now) and time.monotonic() < deadline:
-        time.sleep(0.5)  # waiting on Ray's controller, an outside process: no event to wait on
-    assert len(now) == 2 and victim not in now and survivor in now
+    now = running_replicas_once(lambda ids: len(ids) == 2 and victim not in ids, timeout=120)
+    assert survivor in now
     (fresh,) = now - {survivor}
+    # The ingress's router hears of the new replica from the same broadcast, a moment later: new
+    # conversations that rank it first go elsewhere until then (a real turn each, no sleep between).
     landed: list[str] = []
-    while time.monotonic() < deadline:  # until the ingress's router has heard of the new replica
+    deadline = time.monotonic() + 60
+    while not landed or landed[-1] != fresh:
+        assert time.monotonic() < deadline, f"the router never sent a conversation to {fresh}: {landed}"
         newcomer = conversations_on(fresh, now, 1, named=False, tag=f"c{len(landed)}")[0]
         newcomer.turn(served.client, 0)
         landed.append(newcomer.replicas[0])
-        if landed[-1] == fresh:
-            break
-        time.sleep(0.2)
-    assert landed[-1] == fresh and set(landed) <= {fresh, survivor}
+    assert set(landed) <= {fresh, survivor}

@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 
 from runtime.api import Runtime
@@ -234,3 +235,44 @@ def test_forwarded_scope_is_plain() -> None:
         "client",
         "server",
     }
+
+
+async def test_a_caller_cancelled_while_the_replica_app_drains_is_cancelled() -> None:
+    """`drive` gives the app time to wind down after its caller left; cancelling the caller then must cancel
+    the caller (not be swallowed) and the app with it."""
+    got_disconnect = anyio.Event()
+    app_cancelled = anyio.Event()
+    after_close: list[str] = []
+
+    async def slow_to_leave(scope: Any, receive: Any, send: Any) -> None:
+        await receive()  # the body
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        assert (await receive())["type"] == "http.disconnect"
+        got_disconnect.set()
+        try:
+            await anyio.Event().wait()  # never winds down by itself
+        except anyio.get_cancelled_exc_class():
+            app_cancelled.set()
+            raise
+
+    batches: list[list[dict[str, Any]]] = []
+
+    async def caller(scope: anyio.CancelScope) -> None:
+        with scope:
+            messages = drive(slow_to_leave, http_scope("/v1/chat/completions", []), b"{}", "r1")
+            batches.append(await anext(messages))
+            await messages.aclose()  # the caller leaves: drive tells the app and waits for it
+            after_close.append("the close returned")  # pragma: no cover - only if the cancel was swallowed
+
+    scope = anyio.CancelScope()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller, scope)
+            await got_disconnect.wait()  # drive is now in its drain wait
+            scope.cancel()
+        await app_cancelled.wait()
+    assert scope.cancelled_caught
+    assert after_close == []
+    assert [[m["type"] for m in b] for b in batches] == [["http.response.start", "http.response.body"]]
+    assert batches[0][0]["headers"] == [(REPLICA_HEADER, b"r1")]

@@ -8,8 +8,6 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-pytest.importorskip("ray")
-
 from runtime.testing.process import ServeProcess
 from sessions.redis import RedisStore
 from tests.redis_server import running_redis

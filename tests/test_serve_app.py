@@ -4,6 +4,8 @@ and clients that leave (driven through httpx's ASGI transport, or the raw ASGI i
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +17,6 @@ import pytest
 from runtime import Reply, Runtime
 from runtime.errors import SessionNotFound
 from runtime.serve.http import app as make_app
-from runtime.serve.http.convert import TOOLS_SUPPORTED
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 
@@ -413,21 +414,37 @@ async def test_a_client_that_leaves_mid_stream_commits_nothing() -> None:
         assert application.state.turnstile.disconnects == 1
 
 
-@pytest.mark.skipif(TOOLS_SUPPORTED, reason="the Runtime takes tools")
-async def test_tools_before_the_runtime_takes_them_are_400() -> None:
+async def test_tool_fields_that_ask_for_nothing_are_dropped_and_unknown_formats_are_400(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async with scripted() as rt:
-        tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-        for extra, param in (
-            ({"tools": [tool]}, "tools"),
-            ({"response_format": {"type": "json_object"}}, "response_format"),
-        ):
-            r = await post(make_app(rt), {"messages": HI, **extra})
-            assert r.status_code == 400 and error_of(r)["param"] == param
-        r = await post(make_app(rt), {"messages": HI, "tools": [], "response_format": {"type": "text"}})
+        seen: list[dict[str, Any]] = []
+        real = rt.complete
+
+        async def spy(messages: list[dict[str, Any]], **kw: Any) -> Reply:
+            seen.append(kw)
+            return await real(messages, session_id=kw.get("session_id"))
+
+        monkeypatch.setattr(rt, "complete", spy)
+        nothing = {"tools": [], "tool_choice": "required", "response_format": {"type": "text"}}
+        r = await post(make_app(rt), {"messages": HI, **nothing})
         assert r.status_code == 200
+        assert r.json()["choices"][0]["message"]["content"] == "echo: hi there"
+        assert seen == [{"session_id": None, "timeout": None}]  # no tools, tool_choice or response_format
+        for fmt, message in (
+            ({"type": "xml"}, "response_format type 'xml' is not supported"),
+            (
+                {"type": "json_schema", "json_schema": {"name": "x"}},
+                "response_format.json_schema.schema must be an object",
+            ),
+        ):
+            r = await post(make_app(rt), {"messages": HI, "response_format": fmt})
+            assert r.status_code == 400
+            err = error_of(r)
+            assert (err["param"], err["message"]) == ("response_format", message)
+        assert len(seen) == 1  # refused before the Runtime was called
 
 
-@pytest.mark.skipif(not hasattr(Reply, "tool_calls"), reason="the Runtime does not take tools yet")
 async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
     async with scripted() as rt:
         seen: dict[str, Any] = {}
@@ -456,10 +473,21 @@ async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyP
             "tool_choice": "required",
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
         }
-        await post(make_app(rt), body)
+        r = await post(make_app(rt), body)
+        assert r.status_code == 200
         assert seen["tools"] == [tool] and seen["tool_choice"] == "required" and seen["response_format"] == schema
         assert seen["messages"][2]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
         assert seen["messages"][3] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+
+
+def test_the_asgi_helpers_load_no_framework() -> None:
+    """`runtime.serve.asgi` is shared by the HTTP app, the Ray relay and the router: it loads none of them."""
+    code = (
+        "import sys, runtime.serve.asgi; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'starlette', 'uvicorn', 'ray', 'llama_cpp', 'anyio'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_error_mapping() -> None:

@@ -20,7 +20,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from runtime import Reply, Runtime
+from runtime import Runtime
 from runtime.testing.process import ServeProcess
 from sessions import DiskStore
 
@@ -268,7 +268,6 @@ TOOL = {
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(Reply, "tool_calls"), reason="the Runtime does not take tools yet")
 async def test_tools_round_trip_and_json_schema(smollm2_path: Path) -> None:
     with ServeProcess("--model", smollm2_path, "--threads", "2", "--ctx", "2048", "--api-key", KEY) as srv:
         oai = client(srv.url)

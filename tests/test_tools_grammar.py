@@ -12,9 +12,7 @@ import llama_cpp
 import msgspec
 import pytest
 
-pytest.importorskip("runtime.grammar.json_schema")
-
-from runtime.grammar.json_schema import json_schema_to_grammar  # type: ignore[import-untyped,import-not-found,unused-ignore]
+from runtime.grammar.json_schema import json_schema_to_grammar
 from runtime.tools import GenericFormat, HermesFormat, Llama3Format, ToolChoice, ToolGrammar, as_tools
 from runtime.tools.llama3 import TRIGGER_PATTERN
 from tests.tool_models import write_llama3, write_qwen

@@ -35,7 +35,6 @@ def test_plan_refuses_bad_input_first(choice: Any) -> None:
 
 
 def test_plan_with_a_grammar() -> None:
-    pytest.importorskip("runtime.grammar.json_schema")
     plan = ToolPlan.build(HermesFormat(), [add], "required", parallel=True)
     assert plan.parallel and plan.grammar is not None and not plan.grammar.lazy
     reply = plan.parse('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
@@ -60,7 +59,6 @@ def test_result_text() -> None:
 
 @pytest.mark.parametrize("fmt", [HermesFormat(), Llama3Format(), GenericFormat()])
 def test_a_schema_the_converter_refuses_fails_at_build(fmt: Any) -> None:
-    pytest.importorskip("runtime.grammar.json_schema")
     bad = {
         "type": "function",
         "function": {

@@ -59,7 +59,8 @@ REPLICA = "TurnstileReplica"
 ROUTER = "runtime.serve.cluster.router:AffinityRouter"
 Routing = Literal["affinity", "default"]
 _RETRYABLE = (RayActorError, ActorUnavailableError, DeploymentUnavailableError)
-_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `runtime/`
+# the directory that holds `runtime/`: one level up per dotted part of this module's name
+_ROOT = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
 
 
 @serve.deployment(name=REPLICA)

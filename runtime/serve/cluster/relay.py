@@ -15,13 +15,13 @@ No Ray here: the Ray Serve deployments (`runtime.serve.cluster.ray`) plug these 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 
 from runtime.log import get_logger
+from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.cluster.affinity import routing_key
 from runtime.serve.http.chat import ClientGone, read_body, send_error
 from runtime.serve.http.errors import ApiError
@@ -31,13 +31,13 @@ __all__ = ["REPLICA_HEADER", "Forwarder", "drive", "forwarded_scope"]
 log = get_logger(__name__)
 
 REPLICA_HEADER = b"x-turnstile-replica"
-Message = dict[str, Any]
+DRAIN_SECONDS = 30.0  # how long a replica's app may take to wind down after its caller left
 Batch = list[Message]
 Call = Callable[[str, dict[str, Any], bytes], AsyncIterator[Batch]]
 _SCOPE_KEYS = ("type", "asgi", "http_version", "method", "scheme", "path", "raw_path", "query_string", "headers")
 
 
-def forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:
+def forwarded_scope(scope: Scope) -> dict[str, Any]:
     """The parts of an HTTP scope a replica needs (plain, picklable values; no root_path: routes match path)."""
     out = {k: scope[k] for k in _SCOPE_KEYS if k in scope}
     out["headers"] = [(bytes(k), bytes(v)) for k, v in scope.get("headers", ())]
@@ -46,13 +46,6 @@ def forwarded_scope(scope: dict[str, Any]) -> dict[str, Any]:
         if scope.get(k) is not None:
             out[k] = tuple(scope[k])
     return out
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for k, v in scope.get("headers", ()):
-        if bytes(k).lower() == name:
-            return bytes(v).decode("latin-1")
-    return None
 
 
 class Forwarder:
@@ -64,7 +57,7 @@ class Forwarder:
         self.retryable = retryable
         self.tries = tries
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
@@ -78,7 +71,7 @@ class Forwarder:
             await send_error(send, e)
             return
         if scope.get("method") == "POST":
-            key = routing_key(_header(scope, b"x-session-id"), body)
+            key = routing_key(header(scope, b"x-session-id"), body)
         else:
             key = f"path:{scope.get('path', '')}"  # /health, /metrics, /v1/models: any replica
         fwd = forwarded_scope(scope)
@@ -94,7 +87,7 @@ class Forwarder:
             await self._relay(key, fwd, body, send)
             tg.cancel_scope.cancel()
 
-    async def _relay(self, key: str, scope: dict[str, Any], body: bytes, send: Any) -> None:
+    async def _relay(self, key: str, scope: dict[str, Any], body: bytes, send: Send) -> None:
         for attempt in range(1, self.tries + 1):
             sent = False
             try:
@@ -111,7 +104,7 @@ class Forwarder:
         await send_error(send, ApiError.unavailable(f"no replica answered after {self.tries} tries"))
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
+async def _lifespan(receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -121,8 +114,13 @@ async def _lifespan(receive: Any, send: Any) -> None:
             return
 
 
-async def drive(app: Any, scope: dict[str, Any], body: bytes, replica: str) -> AsyncIterator[Batch]:
-    """Run `app` on one request; yield its ASGI messages in batches (whatever is ready at each step)."""
+async def drive(app: ASGIApp, scope: Scope, body: bytes, replica: str) -> AsyncIterator[Batch]:
+    """Run `app` on one request; yield its ASGI messages in batches (whatever is ready at each step).
+
+    If the caller leaves first (closes the generator, or is cancelled), the app is told `http.disconnect`
+    and given `DRAIN_SECONDS` to wind down, then cancelled. The caller's own cancellation is never
+    swallowed: cancelled during that wait, it cancels the app at once and propagates.
+    """
     out: asyncio.Queue[Message | None] = asyncio.Queue()
     gone = asyncio.Event()
     given = False
@@ -167,6 +165,11 @@ async def drive(app: Any, scope: dict[str, Any], body: bytes, replica: str) -> A
     finally:
         if not task.done():  # the caller left: the app sees a disconnect and withdraws its request
             gone.set()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(task), timeout=30)
-            task.cancel()
+            try:
+                await asyncio.wait({task}, timeout=DRAIN_SECONDS)  # never raises the app's errors; a cancel, yes
+            finally:
+                if not task.done():  # it outlived DRAIN_SECONDS, or the caller was cancelled meanwhile
+                    task.cancel()
+                    log.warning("replica.app_cancelled", replica=replica)
+                elif not task.cancelled() and (error := task.exception()) is not None:
+                    log.warning("replica.app_failed_after_disconnect", replica=replica, error=repr(error))

@@ -13,7 +13,6 @@ its requests are then queued one at a time, in order, and its transcript is kept
 from __future__ import annotations
 
 import hmac
-from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -25,6 +24,7 @@ from starlette.routing import Route
 
 from runtime.api import Runtime
 from runtime.errors import InvalidConfig
+from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError
@@ -36,9 +36,6 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
 _PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics"})
-
-Scope = dict[str, Any]
-ASGIApp = Any
 
 
 def app(
@@ -124,14 +121,10 @@ class _Auth:
         self.inner = app
         self.key = api_key.encode() if api_key else None
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.key is not None and scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
-            given = b""
-            for k, v in scope.get("headers", ()):
-                if k.lower() == b"authorization":
-                    scheme, _, token = bytes(v).partition(b" ")
-                    if scheme.lower() == b"bearer":
-                        given = token.strip()
+            scheme, _, token = (header(scope, b"authorization") or "").encode("latin-1").partition(b" ")
+            given = token.strip() if scheme.lower() == b"bearer" else b""
             if not hmac.compare_digest(given, self.key):
                 code = "invalid_api_key" if given else "missing_api_key"
                 msg = "incorrect API key provided" if given else "an API key is required (Authorization: Bearer KEY)"
@@ -148,13 +141,13 @@ class _Counting:
         self.inner = app
         self.state = state
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
         path = scope["path"] if scope["path"] in _PATHS else "other"
 
-        async def counting_send(message: dict[str, Any]) -> None:
+        async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 self.state.responses[path, int(message["status"])] += 1
             await send(message)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -22,6 +22,7 @@ from runtime.api import Runtime
 from runtime.errors import TurnstileError
 from runtime.log import get_logger
 from runtime.reply import Reply
+from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http import convert
 from runtime.serve.http.convert import Call
 from runtime.serve.http.errors import ApiError, to_api_error
@@ -32,10 +33,6 @@ from runtime.serve.http.state import ServeState
 __all__ = ["ChatEndpoint", "read_body", "send_bytes"]
 
 log = get_logger(__name__)
-
-Scope = dict[str, Any]
-Receive = Any
-Send = Any
 
 _JSON = (b"content-type", b"application/json")
 _SSE_HEADERS = [
@@ -61,16 +58,9 @@ async def send_error(send: Send, err: ApiError) -> None:
     await send_bytes(send, err.status, err.body(), err.headers)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for k, v in scope.get("headers", ()):
-        if k.lower() == name:
-            return bytes(v).decode("latin-1")
-    return None
-
-
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, at most `limit` bytes (413 otherwise, judged by Content-Length and by what arrives)."""
-    declared = _header(scope, b"content-length")
+    declared = header(scope, b"content-length")
     if declared is not None:
         if not declared.strip().isdigit():
             raise ApiError.bad_request("invalid Content-Length header")
@@ -113,7 +103,7 @@ class ChatEndpoint:
             body = await read_body(scope, receive, self.max_body_bytes)
             if not body.strip():
                 raise ApiError.bad_request("the request body is empty (want a JSON chat completion request)")
-            call = convert.from_request(_decoder.decode(body), _header(scope, b"x-session-id"))
+            call = convert.from_request(_decoder.decode(body), header(scope, b"x-session-id"))
             rt = self.state.require()
         except ClientGone:
             return

@@ -29,7 +29,6 @@ from runtime.serve.http.schema import (
 
 __all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]
 
-TOOLS_SUPPORTED = hasattr(Reply, "tool_calls")  # the Runtime takes tools, tool_choice and response_format
 _SAMPLING = (
     "temperature",
     "top_p",
@@ -121,9 +120,6 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         fmt = _response_format(req.response_format)
         if fmt is not None:
             extras["response_format"] = fmt
-    if extras and not TOOLS_SUPPORTED:
-        name = next(iter(extras))
-        raise ApiError.bad_request(f"{name} is not supported by this turnstile version", param=name)
     return Call(
         messages=[_message(m, i) for i, m in enumerate(req.messages)],
         kwargs=kw | extras,

@@ -1,0 +1,107 @@
+"""The benchmarks' command-line plumbing: argument parsers with the options the chat benchmarks share, the
+run's settings and JSON params from them, checks that end in a usage error, progress lines, and writing a
+benchmark's table and JSON (`benchmarks._report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from benchmarks._report import RESULTS_DIR, emit
+from benchmarks._workload import N_BATCH, N_CTX, N_UBATCH, SEED, Settings
+from runtime.llama.models import default_model_path
+
+__all__ = [
+    "add_common_args",
+    "check_binary",
+    "common_params",
+    "out_path",
+    "parser",
+    "progress",
+    "settings_from",
+    "systems_arg",
+    "temp_dir",
+    "write",
+]
+
+
+def parser(name: str, doc: str | None) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog=f"python -m benchmarks {name}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+
+
+def add_common_args(ap: argparse.ArgumentParser, *, conversations: int, turns: int) -> None:
+    ap.add_argument("--conversations", type=int, default=conversations, help="conversations played round robin")
+    ap.add_argument("--turns", type=int, default=turns, help="turns per conversation")
+    ap.add_argument("--max-tokens", type=int, default=48, help="tokens generated per turn at most (greedy)")
+    ap.add_argument("--n-ctx", type=int, default=N_CTX)
+    ap.add_argument("--threads", type=int, default=2, help="threads for every system (prefill and decode)")
+    ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--llama-server", default=None, metavar="BIN", help="a llama-server binary to compare with")
+    ap.add_argument("--out", default=None, metavar="DIR", help=f"where to write NAME.json (default: {RESULTS_DIR})")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    model = Path(args.model) if args.model else default_model_path()
+    return Settings(model=model, n_ctx=args.n_ctx, threads=args.threads, max_tokens=args.max_tokens, seed=SEED)
+
+
+def common_params(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """The run's settings, for the JSON's params."""
+    return {
+        "model": settings.model.name,
+        "conversations": args.conversations,
+        "turns": args.turns,
+        "max_tokens": settings.max_tokens,
+        "n_ctx": settings.n_ctx,
+        "threads": settings.threads,
+        "n_batch": N_BATCH,
+        "n_ubatch": N_UBATCH,
+        "flash_attn": True,
+        "seed": settings.seed,
+        "llama_server": args.llama_server,
+    }
+
+
+def systems_arg(ap: argparse.ArgumentParser, value: str, allowed: Sequence[str]) -> list[str]:
+    """The comma-separated `--systems` value, each one checked against `allowed`."""
+    names = [s for s in value.split(",") if s]
+    bad = [s for s in names if s not in allowed]
+    if bad or not names:
+        ap.error(f"unknown systems {bad}; choose from {', '.join(allowed)}")
+    return names
+
+
+def check_binary(ap: argparse.ArgumentParser, binary: str | None) -> None:
+    if binary and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        ap.error(f"--llama-server {binary!r} is not an executable file")
+
+
+def out_path(out: str | None, name: str) -> Path | None:
+    return Path(out) / f"{name}.json" if out else None
+
+
+def write(
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    *,
+    params: dict[str, Any],
+    out: str | None,
+    columns: Sequence[str] | None = None,
+) -> Path:
+    return emit(name, rows, params=params, columns=columns, out=out_path(out, name))
+
+
+def temp_dir(prefix: str) -> AbstractContextManager[str]:
+    return tempfile.TemporaryDirectory(prefix=prefix)
+
+
+def progress(msg: str) -> None:
+    print(f"  .. {msg}", flush=True)
