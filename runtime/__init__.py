@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.api import Runtime, RuntimeStats
+    from runtime.config import RuntimeConfig
     from runtime.errors import (
         BadInput,
         ContextOverflow,
@@ -34,11 +35,15 @@ if TYPE_CHECKING:
         TurnstileError,
     )
     from runtime.log import configure_logging
+    from runtime.loop.options import SamplingOptions, TurnOptions
     from runtime.reply import Reply, Timings, Usage
 
 _EXPORTS = {
     "Runtime": "runtime.api",
     "RuntimeStats": "runtime.api",
+    "RuntimeConfig": "runtime.config",
+    "SamplingOptions": "runtime.loop.options",
+    "TurnOptions": "runtime.loop.options",
     "BadInput": "runtime.errors",
     "ContextOverflow": "runtime.errors",
     "InvalidConfig": "runtime.errors",
@@ -67,8 +72,11 @@ __all__ = [
     "RequestTimeout",
     "Runtime",
     "RuntimeClosed",
+    "RuntimeConfig",
     "RuntimeStats",
+    "SamplingOptions",
     "Timings",
+    "TurnOptions",
     "TurnstileError",
     "Usage",
     "configure_logging",

@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio
 import anyio.to_thread
 import msgspec
 
-from caches.disk.tier import DiskTier, DiskTierStats
-from caches.prompt_cache import default_limit_bytes
+from caches.disk.tier import DiskTierStats
 from runtime.backend.protocol import SlotBackend
-from runtime.config import EngineConfig
-from runtime.errors import DiskTierUnavailable, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.config import EngineConfig, EngineOptions, LoopOptions, RuntimeConfig
+from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
 from runtime.loop import validate as v
-from runtime.loop.constraints import Constraints
-from runtime.loop.context import CONTEXT_POLICIES, ContextPolicy
-from runtime.loop.policy import Policy, make_policy
+from runtime.loop.context import ContextPolicy
+from runtime.loop.options import (
+    CheckedOptions,
+    SamplingOptions,
+    ToolChoiceArg,
+    ToolsArg,
+    TurnOptions,
+    check_turn_options,
+)
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.stream import Pieces, follow
@@ -33,13 +37,9 @@ from runtime.types import CacheRules, RequestKind
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
 
-if TYPE_CHECKING:
-    from runtime.llama.engine import Engine
-
 log = get_logger(__name__)
 T = TypeVar("T")
 
-_ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)} - {"n_ctx", "n_threads"}
 _AFFINITY = {"ram": 1, "disk": 0, "none": 0}
 
 
@@ -52,40 +52,35 @@ class RuntimeStats(msgspec.Struct, frozen=True):
     sessions: int
 
 
-def _ram_limit(cache_ram_mib: int | None) -> int | None:
-    """The RAM prompt cache's byte limit: None off, 0 no limit (PromptCache's convention)."""
-    if cache_ram_mib is None:
-        return default_limit_bytes()
-    if isinstance(cache_ram_mib, bool) or not isinstance(cache_ram_mib, int) or cache_ram_mib < -1:
-        raise InvalidConfig(f"cache_ram_mib must be None, -1, 0 or a positive int, not {cache_ram_mib!r}")
-    return None if cache_ram_mib == 0 else 0 if cache_ram_mib < 0 else cache_ram_mib << 20
+def _open_store(session_store: SessionStore | str | None, data_dir: Path | None) -> SessionStore:
+    """Worker thread: the given store, a Redis store for a URL, a DiskStore in data_dir, or a MemoryStore."""
+    if isinstance(session_store, str):
+        from sessions.redis import RedisStore  # the `cluster` extra, imported only when asked for
 
-
-def _redis_store(url: str) -> SessionStore:
-    from sessions.redis import RedisStore  # the `cluster` extra, imported only when asked for
-
-    return RedisStore.from_url(url)
+        return RedisStore.from_url(session_store)
+    if session_store is not None:
+        return session_store
+    if data_dir is not None:
+        return DiskStore(data_dir / "sessions")
+    return MemoryStore()
 
 
 class Runtime(SessionOps):
-    """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`."""
+    """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`.
 
-    def __init__(
-        self,
-        backend: SlotBackend,
-        store: SessionStore,
-        *,
-        policy: str | Policy = "fifo",
-        max_queued: int = 1024,
-        context: ContextPolicy = "error",
-    ) -> None:
-        if context not in CONTEXT_POLICIES:
-            raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
+    Every turn method (`chat`, `stream`, `regenerate`, `edit`, `complete`, `complete_stream`) takes the same
+    keywords, `TurnOptions` (sampling overrides, `response_format` / `grammar` / `tools` + `tool_choice`,
+    `timeout`), all checked before anything is queued.
+    """
+
+    def __init__(self, backend: SlotBackend, store: SessionStore, config: RuntimeConfig | None = None) -> None:
+        cfg = config if config is not None else RuntimeConfig()
+        self.config = cfg
         self.backend = backend
         self.store = store
-        self.scheduler = Scheduler(policy=policy, max_queued=max_queued, affinity=self._affinity)
+        self.scheduler = Scheduler(policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity)
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
-        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, context)
+        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context)
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
 
@@ -107,7 +102,7 @@ class Runtime(SessionOps):
         cache_rules: CacheRules = "turnstile",
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
-        **engine_options: Any,
+        **engine_options: Unpack[EngineOptions],
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
 
@@ -120,69 +115,41 @@ class Runtime(SessionOps):
         of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
-        then holds only the disk tier.
+        then holds only the disk tier. Engine options: the other `EngineConfig` fields (llama-server's
+        defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
         """
-        unknown = set(engine_options) - _ENGINE_FIELDS
-        if unknown:
-            raise InvalidConfig(f"unknown engine options {sorted(unknown)}; known: {sorted(_ENGINE_FIELDS)}")
-        config = EngineConfig(n_ctx=n_ctx, n_threads=n_threads, **engine_options)
-        ram = _ram_limit(cache_ram_mib)
-        if isinstance(disk_limit_mib, bool) or not isinstance(disk_limit_mib, int) or disk_limit_mib < 0:
-            raise InvalidConfig(f"disk_limit_mib must be an int >= 0 (0: no limit), not {disk_limit_mib!r}")
-        if cache_rules not in ("turnstile", "llama-server"):
-            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
-        make_policy(policy)
-        if context not in CONTEXT_POLICIES:
-            raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
-        if isinstance(max_queued, bool) or not isinstance(max_queued, int) or max_queued < 1:
-            raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
+        config = RuntimeConfig(
+            model=None if model is None else Path(model),
+            data_dir=None if data_dir is None else Path(data_dir),
+            engine=EngineConfig.from_options(n_ctx, n_threads, engine_options),
+            cache_ram_mib=cache_ram_mib,
+            disk_limit_mib=disk_limit_mib,
+            cache_rules=cache_rules,
+            policy=policy,
+            max_queued=max_queued,
+            context=context,
+        )
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
         from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
-        from runtime.llama.engine import Engine
-        from runtime.llama.models import default_model_path
-        from runtime.slot.executor import Slot
 
-        path = Path(model) if model is not None else default_model_path()
-        engine = await anyio.to_thread.run_sync(Engine, path, config)
-        disk: DiskTier | None = None
-        store: SessionStore
+        backend = await anyio.to_thread.run_sync(LlamaBackend.build, config)
         try:
-            if isinstance(session_store, str):
-                store = await anyio.to_thread.run_sync(_redis_store, session_store)
-            elif session_store is not None:
-                store = session_store
-            elif data_dir is not None:
-                store = await anyio.to_thread.run_sync(DiskStore, Path(data_dir) / "sessions")
-            else:
-                store = MemoryStore()
-            if data_dir is not None:
-                root = Path(data_dir)
-                try:
-                    disk = await anyio.to_thread.run_sync(cls._open_disk_tier, root / "states", engine, disk_limit_mib)
-                except DiskTierUnavailable as e:  # documented fallback: run without the disk tier
-                    log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
-            slot = Slot(engine, cache_ram_bytes=ram, disk=disk, cache_rules=cache_rules)
+            store = await anyio.to_thread.run_sync(_open_store, session_store, config.data_dir)
         except BaseException:
-            engine.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(backend.close)
             raise
         log.info(
             "runtime.open",
-            model=str(path),
+            model=str(backend.engine.path),
             data_dir=str(data_dir) if data_dir else None,
-            n_ctx=engine.n_ctx,
-            ram_limit=ram,
+            n_ctx=backend.n_ctx,
+            ram_limit=config.ram_limit,
             policy=policy,
         )
-        backend = LlamaBackend(engine, slot, disk)
-        async with cls.serve(backend, store, policy=policy, max_queued=max_queued, context=context) as rt:
+        async with cls.serve(backend, store, config) as rt:
             yield rt
-
-    @staticmethod
-    def _open_disk_tier(directory: Path, engine: Engine, limit_mib: int) -> DiskTier:
-        return DiskTier(
-            directory, fingerprint=engine.fingerprint, settings=engine.settings_key, limit_bytes=limit_mib << 20
-        )
 
     @classmethod
     @asynccontextmanager
@@ -190,14 +157,13 @@ class Runtime(SessionOps):
         cls,
         backend: SlotBackend,
         store: SessionStore,
-        *,
-        policy: str | Policy = "fifo",
-        max_queued: int = 1024,
-        context: ContextPolicy = "error",
+        config: RuntimeConfig | None = None,
+        **loop: Unpack[LoopOptions],
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
-        for tests without a model); closes both on exit."""
-        rt = cls(backend, store, policy=policy, max_queued=max_queued, context=context)
+        for tests without a model); closes both on exit. `policy`, `max_queued`, `context`: as in `open`
+        (they replace the config's)."""
+        rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop))
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:
@@ -242,12 +208,7 @@ class Runtime(SessionOps):
         message: str | None = None,
         *,
         tool_results: Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        grammar: str | None = None,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = "auto",
-        timeout: float | None = None,
-        **sampling: Any,
+        **options: Unpack[TurnOptions],
     ) -> Reply:
         """Send a user message (or the results of the last reply's tool calls) and return the reply.
 
@@ -256,21 +217,19 @@ class Runtime(SessionOps):
         to a GBNF grammar; `tools` (OpenAI tool dicts or functions) lets the model call them
         (`reply.tool_calls`, answered with `chat(sid, tool_results={call_id: value})`).
         """
-        turn = self._turn(message, tool_results, sampling, response_format, grammar, tools, tool_choice)
-        job = self._submit(session_id, turn, timeout)
-        reply: Reply = await self.scheduler.wait(job, timeout)
-        return reply
+        opts = self._options(options)
+        return await self._run_turn(session_id, self._chat_turn(message, tool_results, opts), opts)
 
     async def run(
         self,
         session_id: str,
         message: str,
         *,
-        tools: Sequence[Any],
-        tool_choice: Any = "auto",
+        tools: ToolsArg,
+        tool_choice: ToolChoiceArg = "auto",
         max_steps: int = 8,
         timeout: float | None = None,
-        **sampling: Any,
+        **sampling: Unpack[SamplingOptions],
     ) -> Reply:
         """The agent loop: chat, call the Python functions the model asks for, feed the results back, until
         the model answers; the final Reply carries the `steps`. `MaxStepsExceeded` after `max_steps` calls."""
@@ -278,62 +237,19 @@ class Runtime(SessionOps):
 
         return await run_agent(self, session_id, message, tools, tool_choice, max_steps, timeout, sampling)
 
-    def _turn(
-        self,
-        message: object,
-        tool_results: Mapping[str, Any] | None,
-        sampling: dict[str, Any],
-        response_format: Any,
-        grammar: object,
-        tools: Sequence[Any] | None,
-        tool_choice: Any,
-        pieces: Pieces | None = None,
-    ) -> Turn:
-        """A chat turn, every argument checked (typed errors, before anything is queued)."""
-        if (message is None) == (tool_results is None):
-            raise InvalidRequest("give either a message or tool_results")
-        results = v.check_tool_results(tool_results) if tool_results is not None else None
-        text = v.check_text(message) if message is not None else None
-        constraints = self._constraints(response_format, grammar, tools, tool_choice)
-        return Turn(RequestKind.CHAT, text, sampling, pieces, constraints=constraints, tool_results=results)
-
-    def _constraints(self, response_format: Any, grammar: object, tools: Any, tool_choice: Any) -> Constraints:
-        return Constraints.build(
-            response_format=response_format,
-            grammar=grammar,
-            tools=tools,
-            tool_choice=tool_choice,
-            tool_format=self.backend.tool_format,
-            generation_prompt=self.backend.generation_prompt,
-            check_grammar=self.backend.check_grammar,
-        )
-
-    async def regenerate(
-        self,
-        session_id: str,
-        *,
-        response_format: Any = None,
-        grammar: str | None = None,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = "auto",
-        timeout: float | None = None,
-        **sampling: Any,
-    ) -> Reply:
+    async def regenerate(self, session_id: str, **options: Unpack[TurnOptions]) -> Reply:
         """Replace the last reply with a new one for the same user message (or tool results)."""
-        constraints = self._constraints(response_format, grammar, tools, tool_choice)
-        turn = Turn(RequestKind.REGENERATE, None, sampling, constraints=constraints)
-        job = self._submit(session_id, turn, timeout)
-        reply: Reply = await self.scheduler.wait(job, timeout)
-        return reply
+        opts = self._options(options)
+        turn = Turn(RequestKind.REGENERATE, None, opts.sampling, constraints=opts.constraints)
+        return await self._run_turn(session_id, turn, opts)
 
-    async def edit(
-        self, session_id: str, index: int, content: str, *, timeout: float | None = None, **sampling: Any
-    ) -> Reply:
-        """Replace user message `index`, drop what followed, and answer it anew."""
-        turn = Turn(RequestKind.EDIT, v.check_text(content, "content"), sampling, index=v.check_index(index))
-        job = self._submit(session_id, turn, timeout)
-        reply: Reply = await self.scheduler.wait(job, timeout)
-        return reply
+    async def edit(self, session_id: str, index: int, content: str, **options: Unpack[TurnOptions]) -> Reply:
+        """Replace user message `index`, drop what followed, and answer it anew (the same options as
+        `regenerate`, constraints included)."""
+        opts = self._options(options)
+        text, at = v.check_text(content, "content"), v.check_index(index)
+        turn = Turn(RequestKind.EDIT, text, opts.sampling, index=at, constraints=opts.constraints)
+        return await self._run_turn(session_id, turn, opts)
 
     async def stream(
         self,
@@ -341,94 +257,78 @@ class Runtime(SessionOps):
         message: str | None = None,
         *,
         tool_results: Mapping[str, Any] | None = None,
-        response_format: Any = None,
-        grammar: str | None = None,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = "auto",
-        timeout: float | None = None,
-        **sampling: Any,
+        **options: Unpack[TurnOptions],
     ) -> AsyncIterator[str | Reply]:
         """Yield the reply's text pieces as they are generated, then the Reply (a turn that may call tools
         yields only its Reply: its text is read whole)."""
-        pieces = Pieces()
-        turn = self._turn(message, tool_results, sampling, response_format, grammar, tools, tool_choice, pieces)
-        job = self._submit(session_id, turn, timeout)
-        async for item in follow(self.scheduler, job, pieces, timeout):
+        opts, pieces = self._options(options), Pieces()
+        job = self._submit(session_id, self._chat_turn(message, tool_results, opts, pieces), opts.timeout)
+        async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        session_id: str | None = None,
-        response_format: Any = None,
-        grammar: str | None = None,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = "auto",
-        timeout: float | None = None,
-        **sampling: Any,
+        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
     ) -> Reply:
         """A reply to an OpenAI-shaped message list, through the same queue, slot and caches as `chat`.
 
         Stateless by default (nothing is stored; each call is queued on its own). With `session_id`, calls
         are queued per session like `chat`, and the session's transcript becomes `messages` + the reply.
         """
-        constraints = self._constraints(response_format, grammar, tools, tool_choice)
-        job = self._submit_complete(messages, session_id, timeout, sampling, None, constraints)
-        reply: Reply = await self.scheduler.wait(job, timeout)
-        return reply
+        opts = self._options(options)
+        job = self._submit_complete(messages, session_id, opts, None)
+        return await self.scheduler.wait(job, opts.timeout)
 
     async def complete_stream(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        session_id: str | None = None,
-        response_format: Any = None,
-        grammar: str | None = None,
-        tools: Sequence[Any] | None = None,
-        tool_choice: Any = "auto",
-        timeout: float | None = None,
-        **sampling: Any,
+        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
     ) -> AsyncIterator[str | Reply]:
         """`complete`, streamed: the reply's text pieces, then the Reply."""
-        pieces = Pieces()
-        constraints = self._constraints(response_format, grammar, tools, tool_choice)
-        job = self._submit_complete(messages, session_id, timeout, sampling, pieces, constraints)
-        async for item in follow(self.scheduler, job, pieces, timeout):
+        opts, pieces = self._options(options), Pieces()
+        job = self._submit_complete(messages, session_id, opts, pieces)
+        async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
 
+    def _options(self, options: TurnOptions) -> CheckedOptions:
+        """The turn's options checked (typed errors, before anything is queued)."""
+        return check_turn_options(options, self.backend)
+
+    @staticmethod
+    def _chat_turn(
+        message: object, tool_results: Mapping[str, Any] | None, opts: CheckedOptions, pieces: Pieces | None = None
+    ) -> Turn:
+        """A chat turn: a message or the results of the last reply's tool calls, checked."""
+        if (message is None) == (tool_results is None):
+            raise InvalidRequest("give either a message or tool_results")
+        results = v.check_tool_results(tool_results) if tool_results is not None else None
+        text = v.check_text(message) if message is not None else None
+        return Turn(RequestKind.CHAT, text, opts.sampling, pieces, constraints=opts.constraints, tool_results=results)
+
     def _submit_complete(
-        self,
-        messages: object,
-        session_id: str | None,
-        timeout: object,
-        sampling: dict[str, Any],
-        pieces: Pieces | None,
-        constraints: Constraints,
-    ) -> Job:
+        self, messages: object, session_id: str | None, opts: CheckedOptions, pieces: Pieces | None
+    ) -> Job[Reply]:
         sid = f"@stateless:{next(self._anonymous)}" if session_id is None else v.check_session_id(session_id)
         conversation = v.check_conversation(messages, sid)
         turn = Turn(
             RequestKind.COMPLETE,
             None,
-            sampling,
+            opts.sampling,
             pieces,
             conversation=conversation,
             commit=session_id is not None,
-            constraints=constraints,
+            constraints=opts.constraints,
         )
-        return self._submit(sid, turn, timeout)
+        return self._submit(sid, turn, opts.timeout)
 
-    def _submit(self, session_id: str, turn: Turn, timeout: object) -> Job:
-        """Check everything, then queue the turn (nothing is created or queued if a check fails)."""
+    async def _run_turn(self, session_id: str, turn: Turn, opts: CheckedOptions) -> Reply:
+        return await self.scheduler.wait(self._submit(session_id, turn, opts.timeout), opts.timeout)
+
+    def _submit(self, session_id: str, turn: Turn, timeout: float | None) -> Job[Reply]:
+        """Queue a checked turn (its session id checked here; nothing is created or queued if a check fails)."""
         if not (turn.kind is RequestKind.COMPLETE and not turn.commit):
             v.check_session_id(session_id)
-        v.check_timeout(timeout)
-        v.check_sampling(turn.overrides)
         if self._closed:
             raise RuntimeClosed("the runtime is closed")
 
-        async def execute(job: Job) -> Reply:
+        async def execute(job: Job[Reply]) -> Reply:
             return await self._turns.run(job, turn)
 
         return self.scheduler.submit(session_id, execute, kind=turn.kind)

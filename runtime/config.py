@@ -1,15 +1,26 @@
-"""Settings that are plain data, validated when they are built: the engine's context settings.
+"""Settings that are plain data, validated once, when they are built: the engine's context settings
+(`EngineConfig`) and everything a Runtime is opened with (`RuntimeConfig`).
 
-No llama.cpp here: `Runtime.open` checks a configuration before it loads anything.
+No llama.cpp here: `Runtime.open` builds a `RuntimeConfig` (every `InvalidConfig` is raised then) before it
+loads or creates anything; the llama backend is built from it (`LlamaBackend.build`) and the Runtime reads
+its loop settings from it, neither checks anything again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
+from caches.prompt_cache import default_limit_bytes
 from runtime.errors import InvalidConfig
+from runtime.loop.policy import POLICIES, Policy
+from runtime.types import CacheRules
+from sessions.model import CONTEXT_POLICIES, ContextPolicy
 
-__all__ = ["KV_TYPES", "EngineConfig"]
+__all__ = ["KV_TYPES", "EngineConfig", "EngineOptions", "LoopOptions", "RuntimeConfig"]
 
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 """K/V cache types by name, with their ggml type ids."""
@@ -39,9 +50,102 @@ class EngineConfig:
             if getattr(self, name) not in KV_TYPES:
                 raise InvalidConfig(f"{name} must be one of {sorted(KV_TYPES)}")
 
+    @classmethod
+    def from_options(cls, n_ctx: int, n_threads: int | None, options: Mapping[str, Any]) -> EngineConfig:
+        """From `Runtime.open`'s engine keywords (`EngineOptions`); `InvalidConfig` for a name that is not one."""
+        unknown = set(options) - _ENGINE_OPTIONS
+        if unknown:
+            raise InvalidConfig(f"unknown engine options {sorted(unknown)}; known: {sorted(_ENGINE_OPTIONS)}")
+        return cls(n_ctx=n_ctx, n_threads=n_threads, **options)
+
     def settings_key(self) -> str:
         """The context settings a saved state depends on (part of every stored state's header)."""
         return (
             f"n_ctx={self.n_ctx};n_batch={self.n_batch};n_ubatch={self.n_ubatch};fa={int(self.flash_attn)};"
             f"swa_full={int(self.swa_full)};type_k={self.type_k};type_v={self.type_v}"
         )
+
+
+class EngineOptions(TypedDict, total=False):
+    """`Runtime.open`'s engine keywords besides n_ctx and n_threads (the other `EngineConfig` fields)."""
+
+    n_batch: int
+    n_ubatch: int
+    n_threads_batch: int | None
+    flash_attn: bool
+    swa_full: bool
+    type_k: str
+    type_v: str
+    n_gpu_layers: int
+    use_mmap: bool
+
+
+_ENGINE_OPTIONS = frozenset(EngineOptions.__annotations__)
+
+
+class LoopOptions(TypedDict, total=False):
+    """The settings of the Runtime's own loop (`Runtime.serve`'s keywords): see `RuntimeConfig`."""
+
+    policy: str | Policy
+    max_queued: int
+    context: ContextPolicy
+
+
+_CACHE_RULES = ("turnstile", "llama-server")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Everything a Runtime runs with, checked in `__post_init__` (`InvalidConfig`), so a value of this class
+    is always valid. See `Runtime.open` for what each setting means.
+
+    `ram_limit` is derived when the config is built: the RAM prompt cache's byte limit in `PromptCache`'s
+    convention (None: no RAM cache, 0: no limit), from `cache_ram_mib` (None: llama-server's rule, 8192 MiB
+    but at most a quarter of the memory available now; 0: off; -1: no limit).
+    """
+
+    model: Path | None = None  # None: the default model
+    data_dir: Path | None = None  # None: sessions in memory, no disk tier
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    cache_ram_mib: int | None = None
+    disk_limit_mib: int = 4096
+    cache_rules: CacheRules = "turnstile"
+    policy: str | Policy = "fifo"
+    max_queued: int = 1024
+    context: ContextPolicy = "error"
+    ram_limit: int | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("model", "data_dir"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                raise InvalidConfig(f"{name} must be a Path or None, not {value!r}")
+        if not isinstance(self.engine, EngineConfig):
+            raise InvalidConfig(f"engine must be an EngineConfig, not {self.engine!r}")
+        ram = self.cache_ram_mib
+        if ram is not None and (not _is_int(ram) or ram < -1):
+            raise InvalidConfig(f"cache_ram_mib must be None, -1, 0 or a positive int, not {ram!r}")
+        if not _is_int(self.disk_limit_mib) or self.disk_limit_mib < 0:
+            raise InvalidConfig(f"disk_limit_mib must be an int >= 0 (0: no limit), not {self.disk_limit_mib!r}")
+        if self.cache_rules not in _CACHE_RULES:
+            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {self.cache_rules!r}")
+        if isinstance(self.policy, str) and self.policy not in POLICIES:
+            raise InvalidConfig(f"unknown policy {self.policy!r}; choose one of {sorted(POLICIES)}")
+        if not _is_int(self.max_queued) or self.max_queued < 1:
+            raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
+        if self.context not in CONTEXT_POLICIES:
+            raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {self.context!r}")
+        limit = default_limit_bytes() if ram is None else None if ram == 0 else 0 if ram < 0 else ram << 20
+        object.__setattr__(self, "ram_limit", limit)
+
+    @property
+    def disk_limit_bytes(self) -> int:
+        return self.disk_limit_mib << 20
+
+    def with_loop(self, **options: Unpack[LoopOptions]) -> RuntimeConfig:
+        """This config with other loop settings, checked like the rest."""
+        return dataclasses.replace(self, **options) if options else self

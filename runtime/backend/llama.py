@@ -1,5 +1,5 @@
 """The llama.cpp backend: an `Engine`, its chat template, the `Slot` (with the tiered cache) and the optional
-disk tier, behind the `SlotBackend` protocol."""
+disk tier, behind the `SlotBackend` protocol; `LlamaBackend.build` makes one from a checked `RuntimeConfig`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,19 @@ from typing import Any
 from caches.disk.tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
+from runtime.config import RuntimeConfig
+from runtime.errors import DiskTierUnavailable
+from runtime.llama.engine import Engine
+from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
+from runtime.log import get_logger
+from runtime.slot.executor import Slot
 from runtime.tools import ToolFormat
 
 __all__ = ["LlamaBackend"]
+
+log = get_logger(__name__)
 
 
 class LlamaBackend:
@@ -27,6 +35,35 @@ class LlamaBackend:
         self.name: str = engine.path.name
         self._generation_prompt: str | None = None
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
+
+    @classmethod
+    def build(cls, config: RuntimeConfig) -> LlamaBackend:
+        """Load the model, open the disk tier (`data_dir/states`, when there is a data_dir; one that cannot be
+        opened is logged and left out, the documented fallback) and make the slot. Blocking: run it in a worker
+        thread. What it made is freed again if a later step fails."""
+        engine = Engine(config.model if config.model is not None else default_model_path(), config.engine)
+        disk: DiskTier | None = None
+        try:
+            if config.data_dir is not None:
+                directory = config.data_dir / "states"
+                try:
+                    disk = DiskTier(
+                        directory,
+                        fingerprint=engine.fingerprint,
+                        settings=engine.settings_key,
+                        limit_bytes=config.disk_limit_bytes,
+                    )
+                except DiskTierUnavailable as e:
+                    log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
+            slot = Slot(engine, cache_ram_bytes=config.ram_limit, disk=disk, cache_rules=config.cache_rules)
+        except BaseException:
+            try:
+                if disk is not None:
+                    disk.close()
+            finally:
+                engine.close()
+            raise
+        return cls(engine, slot, disk)
 
     def prepare(
         self,

@@ -11,8 +11,7 @@ model answers with what it has (small models loop otherwise).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 import msgspec
@@ -20,6 +19,7 @@ import msgspec
 from runtime.errors import InvalidRequest, MaxStepsExceeded
 from runtime.log import get_logger
 from runtime.loop import validate as v
+from runtime.loop.options import SamplingOptions, ToolChoiceArg, ToolsArg, check_sampling_options
 from runtime.reply import Reply, Step
 from runtime.tools import Tool, ToolCall, ToolChoice, as_tools, result_text
 
@@ -50,13 +50,14 @@ async def run_agent(
     rt: Runtime,
     session_id: str,
     message: str,
-    tools: Sequence[Any],
-    tool_choice: Any,
+    tools: ToolsArg,
+    tool_choice: ToolChoiceArg,
     max_steps: int,
     timeout: float | None,
-    sampling: dict[str, Any],
+    sampling: SamplingOptions,
 ) -> Reply:
     v.check_count(max_steps, "max_steps")
+    check_sampling_options(sampling)  # only sampling settings here: the loop sets the tools itself
     checked = as_tools(tools)
     by_name = {t.name: t for t in checked}
     steps: list[Step] = []

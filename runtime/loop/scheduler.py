@@ -14,34 +14,37 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 import msgspec
 
-from runtime.errors import InvalidConfig, QueueFull, RequestTimeout, RuntimeClosed
+from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
 from runtime.log import get_logger
 from runtime.loop.policy import Policy, make_policy
 from runtime.types import RequestKind
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
+
 
 @dataclass(eq=False)
-class Job:
-    """One queued request. `cancelled` is read by the worker thread between tokens."""
+class Job(Generic[T]):
+    """One queued request whose `execute` returns a `T`. `cancelled` is read by the worker thread between
+    tokens. `result` is set (and `error` None) once `execute` returned; `Scheduler.wait` gives it typed."""
 
     id: int
     session_id: str
     arrival: int
     kind: RequestKind
-    execute: Callable[[Job], Awaitable[Any]]
+    execute: Callable[[Job[T]], Awaitable[T]]
     submitted: float = field(default_factory=time.perf_counter)
     skips: int = 0
     cancelled: bool = False
     started: float | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
+    result: T | None = None
     error: BaseException | None = None
     watchers: list[Callable[[], None]] = field(default_factory=list)  # called on the loop when done
     undo: Callable[[], Awaitable[None]] | None = None  # set by a job that committed: undoes the commit
@@ -81,32 +84,34 @@ class _Counters:
 
 
 class Scheduler:
-    """Queue + policy + the worker loop. Runs `job.execute(job)` for one job at a time."""
+    """Queue + policy + the worker loop. Runs `job.execute(job)` for one job at a time.
+
+    The Runtime builds it from a checked `RuntimeConfig` (`InvalidConfig` there for a bad `max_queued` or policy
+    name); here `max_queued` is only asserted."""
 
     def __init__(
         self, *, policy: str | Policy = "fifo", max_queued: int = 1024, affinity: Callable[[str], int] = lambda _sid: 0
     ) -> None:
-        if not isinstance(max_queued, int) or isinstance(max_queued, bool) or max_queued < 1:
-            raise InvalidConfig(f"max_queued must be an int >= 1, not {max_queued!r}")
+        assert max_queued >= 1, max_queued
         self.policy = make_policy(policy)
         self.max_queued = max_queued
         self._affinity = affinity
-        self._queues: dict[str, deque[Job]] = {}  # per session, in arrival order; insertion order = first waiting
+        self._queues: dict[str, deque[Job[Any]]] = {}  # per session, in arrival order; insertion order = first waiting
         self._n_queued = 0
-        self._running: Job | None = None
+        self._running: Job[Any] | None = None
         self._ids = itertools.count(1)
         self._wake = anyio.Event()
         self._closing = False
         self._stopped = anyio.Event()
         self._max_skips = 0
         self._n = _Counters()
-        self._held: dict[str, Job] = {}  # session -> its job whose commit its caller has not taken yet
+        self._held: dict[str, Job[Any]] = {}  # session -> its job whose commit its caller has not taken yet
 
     # --- callers ------------------------------------------------------------------------------------
 
     def submit(
-        self, session_id: str, execute: Callable[[Job], Awaitable[Any]], kind: RequestKind = RequestKind.CHAT
-    ) -> Job:
+        self, session_id: str, execute: Callable[[Job[T]], Awaitable[T]], kind: RequestKind = RequestKind.CHAT
+    ) -> Job[T]:
         """Queue a job; raises QueueFull or RuntimeClosed at once."""
         if self._closing:
             raise RuntimeClosed("the runtime is closed")
@@ -114,7 +119,7 @@ class Scheduler:
             self._n.rejected += 1
             raise QueueFull(f"{self._n_queued} requests are already queued (max_queued={self.max_queued})")
         n = next(self._ids)
-        job = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
+        job: Job[T] = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
         self._queues.setdefault(session_id, deque()).append(job)
         self._n_queued += 1
         self._n.submitted += 1
@@ -122,7 +127,7 @@ class Scheduler:
         self._wake.set()
         return job
 
-    async def wait(self, job: Job, timeout: float | None = None) -> Any:
+    async def wait(self, job: Job[T], timeout: float | None = None) -> T:
         """Wait for a job's result; a timeout or the caller's cancellation withdraws the job."""
         try:
             with anyio.fail_after(timeout) if timeout is not None else nullcontext():
@@ -141,15 +146,15 @@ class Scheduler:
         self._acknowledge(job)
         if job.error is not None:
             raise job.error
-        return job.result
+        return cast(T, job.result)  # set by `run` when there is no error (T may itself allow None)
 
-    def _acknowledge(self, job: Job) -> None:
+    def _acknowledge(self, job: Job[Any]) -> None:
         """The caller has the result: its commit stands, and its session's next job may run."""
         job.undo = None
         if self._held.pop(job.session_id, None) is not None:
             self._wake.set()
 
-    async def withdraw(self, job: Job, why: str) -> None:
+    async def withdraw(self, job: Job[Any], why: str) -> None:
         """Take a job back: out of the queue, or (running) stopped at the next token and waited for; a job
         that already committed (its caller went away while the reply was on its way) has its commit undone."""
         if not job.done.is_set():
@@ -173,7 +178,7 @@ class Scheduler:
 
     # --- the worker ---------------------------------------------------------------------------------
 
-    def _dequeue(self, job: Job) -> bool:
+    def _dequeue(self, job: Job[Any]) -> bool:
         """Take a waiting job out of its session's queue; False if it is not waiting."""
         q = self._queues.get(job.session_id)
         if q is None or job not in q:
@@ -184,7 +189,7 @@ class Scheduler:
         self._n_queued -= 1
         return True
 
-    def _pick(self) -> Job | None:
+    def _pick(self) -> Job[Any] | None:
         # per-session order: only a head may run, and not while its session's last commit awaits its caller
         heads = [q[0] for sid, q in self._queues.items() if sid not in self._held]
         if not heads:
@@ -253,7 +258,7 @@ class Scheduler:
         await self._stopped.wait()
 
     @property
-    def running(self) -> Job | None:
+    def running(self) -> Job[Any] | None:
         return self._running
 
     def __len__(self) -> int:

@@ -4,12 +4,13 @@ the scheduler's per-session queue, so it never races a turn of the same session.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import anyio.to_thread
 
 from runtime.errors import InvalidRequest, RuntimeClosed
 from runtime.loop import validate as v
+from runtime.loop.options import SamplingOptions
 from runtime.loop.scheduler import Job, Scheduler
 from runtime.types import RequestKind
 from sessions import MemoryStore, Sampling, Session, history
@@ -40,7 +41,7 @@ class SessionOps:
         system: str | None = None,
         metadata: dict[str, Any] | None = None,
         context: ContextPolicy | None = None,
-        **sampling: Any,
+        **sampling: Unpack[SamplingOptions],
     ) -> Session:
         """Create a session with a system prompt and sampling defaults (SessionExists if it exists).
 
@@ -92,9 +93,7 @@ class SessionOps:
         if self._closed:
             raise RuntimeClosed("the runtime is closed")
 
-        async def execute(_job: Job) -> T:
+        async def execute(_job: Job[T]) -> T:
             return await self._store(fn)
 
-        job = self.scheduler.submit(session_id, execute, kind=RequestKind.OP)
-        result: T = await self.scheduler.wait(job)
-        return result
+        return await self.scheduler.wait(self.scheduler.submit(session_id, execute, kind=RequestKind.OP))

@@ -25,7 +25,9 @@ class Pieces:
         self.signal.fire_from_thread()
 
 
-async def follow(scheduler: Scheduler, job: Job, pieces: Pieces, timeout: float | None) -> AsyncIterator[str | Reply]:
+async def follow(
+    scheduler: Scheduler, job: Job[Reply], pieces: Pieces, timeout: float | None
+) -> AsyncIterator[str | Reply]:
     """Yield a job's pieces as they come, then its Reply. A consumer that stops before it got the Reply
     (closed the iterator, was cancelled, timed out) withdraws the job: it is stopped and nothing is committed."""
     job.watchers.append(pieces.signal.fire)
@@ -44,7 +46,7 @@ async def follow(scheduler: Scheduler, job: Job, pieces: Pieces, timeout: float 
         while pieces.items:
             yield pieces.items.popleft()
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        reply: Reply = await scheduler.wait(job, remaining)
+        reply = await scheduler.wait(job, remaining)
         delivered = True
         yield reply
     finally:

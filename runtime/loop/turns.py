@@ -72,7 +72,7 @@ class TurnRunner:
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
 
-    async def run(self, job: Job, turn: Turn) -> Reply:
+    async def run(self, job: Job[Reply], turn: Turn) -> Reply:
         sid = job.session_id
         with structlog.contextvars.bound_contextvars(session_id=sid, request_id=job.id):
             if not turn.commit:
@@ -161,7 +161,7 @@ class TurnRunner:
 
     def _run_in_slot(
         self,
-        job: Job,
+        job: Job[Reply],
         pending: Session,
         sampling: Sampling,
         turn: Turn,
@@ -205,7 +205,7 @@ class TurnRunner:
             return result
 
     @staticmethod
-    def _reply(job: Job, r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
+    def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
         now = time.perf_counter()
         started = job.started or job.submitted
         return Reply(

@@ -1,0 +1,108 @@
+"""The options of a turn, defined once: the keywords every turn method takes (`chat`, `stream`, `regenerate`,
+`edit`, `complete`, `complete_stream`), as `TypedDict`s for `**options: Unpack[...]` (PEP 692).
+
+A type checker completes the keywords and reports a misspelt one; at run time `check_turn_options` splits
+what a caller gave into the timeout, the reply's constraints and the sampling overrides, and refuses a
+keyword that is none of them (`InvalidSampling`: "not a sampling setting", as before any of this existed),
+all before anything is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+from runtime.backend.protocol import SlotBackend
+from runtime.grammar import ResponseFormat
+from runtime.loop import validate as v
+from runtime.loop.constraints import Constraints
+from runtime.tools import Tool, ToolChoice
+
+__all__ = [
+    "CONSTRAINT_KEYS",
+    "SAMPLING_KEYS",
+    "CheckedOptions",
+    "SamplingOptions",
+    "ToolChoiceArg",
+    "ToolsArg",
+    "TurnOptions",
+    "check_sampling_options",
+    "check_turn_options",
+]
+
+ToolsArg = Sequence[Tool | Mapping[str, Any] | Callable[..., Any]]
+"""Tools a turn offers: OpenAI tool dicts, Python functions (their signatures and docstrings), `Tool`s."""
+
+ToolChoiceArg = str | Mapping[str, Any] | ToolChoice | None
+""""auto" (default), "required", "none", a tool's name, or OpenAI's `{"type": "function", "function": {...}}`."""
+
+
+class SamplingOptions(TypedDict, total=False):
+    """Sampling overrides for one turn (the fields of `sessions.Sampling`; absent: the session's own)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repeat_penalty: float
+    repeat_last_n: int
+    presence_penalty: float
+    frequency_penalty: float
+    seed: int | None
+    max_tokens: int | None
+    stop: Sequence[str]
+    ignore_eos: bool
+
+
+class TurnOptions(SamplingOptions, total=False):
+    """Everything a turn method takes besides what it answers: sampling, constraints and a timeout.
+
+    `response_format` (a msgspec Struct, dataclass or TypedDict type, a JSON-schema dict, or "json") constrains
+    the reply to JSON (`reply.parsed`); `grammar` to a GBNF grammar; `tools` lets the model call them
+    (`reply.tool_calls`), under `tool_choice`; at most one of the three. `timeout`: seconds from the call until
+    the reply (queueing included); on expiry `RequestTimeout` and nothing is committed.
+    """
+
+    response_format: ResponseFormat
+    grammar: str | None
+    tools: ToolsArg | None
+    tool_choice: ToolChoiceArg
+    timeout: float | None
+
+
+SAMPLING_KEYS: frozenset[str] = frozenset(SamplingOptions.__annotations__)
+CONSTRAINT_KEYS: frozenset[str] = frozenset({"response_format", "grammar", "tools", "tool_choice"})
+
+
+@dataclass(frozen=True)
+class CheckedOptions:
+    """A turn's options after every check: what the scheduler, the turn and the sampler need."""
+
+    timeout: float | None
+    sampling: dict[str, Any]
+    constraints: Constraints
+
+
+def check_sampling_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling overrides, each checked against `Sampling` (`InvalidSampling` otherwise)."""
+    return v.check_sampling(dict(options))
+
+
+def check_turn_options(options: Mapping[str, Any], backend: SlotBackend) -> CheckedOptions:
+    """Split and check a turn's options: the timeout, the sampling overrides (any keyword that is neither a
+    constraint nor the timeout must be a sampling setting), then the constraints, built against `backend`."""
+    timeout = v.check_timeout(options.get("timeout"))
+    sampling = check_sampling_options(
+        {k: value for k, value in options.items() if k not in CONSTRAINT_KEYS and k != "timeout"}
+    )
+    constraints = Constraints.build(
+        response_format=options.get("response_format"),
+        grammar=options.get("grammar"),
+        tools=options.get("tools"),
+        tool_choice=options.get("tool_choice", "auto"),
+        tool_format=backend.tool_format,
+        generation_prompt=backend.generation_prompt,
+        check_grammar=backend.check_grammar,
+    )
+    return CheckedOptions(timeout, sampling, constraints)
