@@ -74,6 +74,7 @@ def test_errors_live_in_one_module_but_for_the_http_response_and_test_harnesses(
         "runtime.serve.http.errors.ApiError",
         "runtime.testing.llama_server.LlamaServerError",
         "runtime.testing.process.ServeProcessError",
+        "runtime.testing.vendor.VendorError",
     ]
 
 

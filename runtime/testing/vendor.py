@@ -27,6 +27,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from runtime.errors import TurnstileError
+
 __all__ = [
     "CACHE_ENV",
     "LLAMA_CPP_PYTHON_VERSION",
@@ -44,7 +46,7 @@ _REPO = Path(__file__).resolve().parents[2]
 _PIP_TIMEOUT_S = 1800.0
 
 
-class VendorError(RuntimeError):
+class VendorError(TurnstileError, RuntimeError):
     """The llama-cpp-python sdist could not be downloaded or does not hold the expected llama.cpp tree."""
 
 
