@@ -52,6 +52,7 @@ __all__ = [
     "SessionExists",
     "SessionNotFound",
     "StateFormatError",
+    "StateLayoutError",
     "StoreConfigError",
     "StoreUnavailable",
     "TimedOut",
@@ -308,6 +309,11 @@ class StateFormatError(DataCorrupt, ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class StateLayoutError(StateFormatError):
+    """Raised when a llama.cpp sequence state is not the layout `caches.kvstate` knows (another llama.cpp
+    version, another memory kind, damaged bytes), so it cannot be cut into blocks; it is kept whole."""
 
 
 # --- llama.cpp -----------------------------------------------------------------------------------------
