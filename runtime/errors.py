@@ -53,6 +53,8 @@ __all__ = [
     "SessionNotFound",
     "StateFormatError",
     "StateLayoutError",
+    "StateMismatch",
+    "StateNotHeld",
     "StoreConfigError",
     "StoreUnavailable",
     "TimedOut",
@@ -149,6 +151,10 @@ class InvalidHistoryOp(BadInput):
     """Raised when a history operation's index or count does not fit the session's messages."""
 
 
+class StateMismatch(BadInput):
+    """Raised when a state given to the block store does not hold as many cells as the tokens given with it."""
+
+
 class StoreConfigError(BadInput):
     """Raised when a store is given a bad option (a URL it cannot parse, a key prefix that is not a str)."""
 
@@ -198,6 +204,11 @@ class SessionNotFound(NotFound):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {_show(session_id)} not found")
         self.session_id = session_id
+
+
+class StateNotHeld(NotFound):
+    """Raised when the block store is asked for (or to release) a state it does not hold (never stored, or
+    released)."""
 
 
 class SessionExists(Conflict):

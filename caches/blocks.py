@@ -1,0 +1,230 @@
+"""States kept as shared blocks of KV cells: each block of a common prefix stored once, with a reference count.
+
+A state of n cells (`caches.kvstate`) is cut into blocks of `block_cells` cells (positions [i*B, (i+1)*B)),
+a partial last block of the n % B cells left, and its frame (headers and whatever is kept whole: the SWA
+section of sliding-window models, the recurrent section of hybrid ones). A block is addressed by a chained
+hash: block i's key is blake2b(key of block i-1 + its B tokens), block 0's predecessor the store's seed
+(its namespace: model fingerprint and context settings; the state's cell-layout signature; B). Two states
+whose first k blocks of tokens agree share those k blocks; the key of a block says everything before it.
+
+    store = BlockStore(256, namespace=fingerprint + settings_key)
+    ref = store.put(tokens, state, Memory.KV)      # copies only the blocks it does not hold yet
+    buf = store.get(ref)                           # the state again, assembled in one pass
+    store.release(ref)                             # a block goes when no held state uses it
+
+Invariants:
+- `get(put(t, s))` is `s` byte for byte, as long as the blocks it shares were stored from states whose
+  cells held the same bytes (the slot's own prefix reuse keeps them so; `verify=True` counts the blocks
+  that did not, which are then served from the first state that stored them: same tokens, same positions).
+- A state whose layout `kvstate` does not know, or that has nothing to cut, is kept whole (logged once per
+  reason), never refused and never cut wrong.
+- Byte accounting: `logical_bytes` is what whole copies of the held states take, `stored_bytes` what the
+  store holds (each block once, plus each state's frame and partial block). Releasing every state brings
+  both to zero.
+- Thread-safe; assembly runs outside the lock on immutable block payloads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from caches import kvstate
+from caches.kvstate import Frame, Memory
+from caches.tokens import tokens_to_bytes
+from runtime.errors import InvalidConfig, StateLayoutError, StateMismatch, StateNotHeld
+from runtime.log import get_logger
+
+__all__ = ["DEFAULT_BLOCK_CELLS", "BlockStore", "BlockStoreStats", "StoredState", "chain_keys"]
+
+log = get_logger(__name__)
+
+DEFAULT_BLOCK_CELLS = 256
+
+_DIGEST = 16
+
+
+def chain_keys(seed: bytes, tokens: Sequence[int], block_cells: int) -> list[bytes]:
+    """The keys of the full blocks of `tokens`: key i = blake2b(key i-1 + tokens of block i), key -1 = seed."""
+    keys: list[bytes] = []
+    prev = seed
+    for start in range(0, len(tokens) - block_cells + 1, block_cells):
+        prev = hashlib.blake2b(
+            prev + tokens_to_bytes(tokens[start : start + block_cells]), digest_size=_DIGEST
+        ).digest()
+        keys.append(prev)
+    return keys
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StoredState:
+    """A state as the store holds it: the keys of its full blocks, its partial block and its frame.
+
+    `whole` is why it was not cut ("" when it was); then `frame` holds all of it.
+    """
+
+    id: int
+    frame: Frame
+    keys: tuple[bytes, ...]
+    tail: bytearray  # never modified
+    whole: str
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole state (what `get` returns)."""
+        return self.frame.size
+
+    @property
+    def own_bytes(self) -> int:
+        """Bytes this state holds alone (frame and partial block)."""
+        return self.frame.nbytes + len(self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStoreStats:
+    """What the store holds and how much sharing saved."""
+
+    states: int
+    blocks: int
+    logical_bytes: int  # whole copies of every held state
+    stored_bytes: int  # each block once + each state's frame and partial block
+    block_bytes: int  # the blocks alone
+    blocks_shared: int  # blocks a put found already held (not copied)
+    blocks_stored: int  # blocks a put copied in
+    whole_states: int  # puts kept whole (layout unknown, nothing to cut)
+    diverged: int  # with verify: held blocks whose bytes differed from the new state's
+
+
+class _Block:
+    __slots__ = ("data", "refs")
+
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
+        self.refs = 1
+
+
+class BlockStore:
+    """Blocks of `block_cells` cells, kept once across the states that share them (see the module doc)."""
+
+    def __init__(self, block_cells: int = DEFAULT_BLOCK_CELLS, *, namespace: bytes = b"", verify: bool = False) -> None:
+        if not isinstance(block_cells, int) or isinstance(block_cells, bool) or block_cells < 1:
+            raise InvalidConfig(f"block_cells must be a positive int, not {block_cells!r}")
+        self.block_cells = block_cells
+        self.namespace = bytes(namespace)
+        self.verify = verify
+        self._lock = threading.Lock()
+        self._blocks: dict[bytes, _Block] = {}
+        self._states: dict[int, StoredState] = {}
+        self._ids = itertools.count(1)
+        self._block_bytes = 0
+        self._own_bytes = 0
+        self._logical = 0
+        self._shared = self._copied = self._whole = self._diverged = 0
+        self._reasons_logged: set[str] = set()
+
+    def seed(self, signature: bytes) -> bytes:
+        """The chain's start for states of one cell layout."""
+        head = b"turnstile-blocks-1\0%d\0" % self.block_cells
+        return hashlib.blake2b(head + self.namespace + b"\0" + signature, digest_size=_DIGEST).digest()
+
+    def put(
+        self, tokens: Sequence[int], state: kvstate.Buffer, memory: Memory, *, partial: bool = False
+    ) -> StoredState:
+        """Hold `state` (of `tokens`, as `llama_state_seq_get_data` wrote it for `memory`); copies only the
+        blocks not held yet. Raises StateMismatch (nothing changed) if a cut state's cell count is not
+        `len(tokens)`."""
+        src = memoryview(state).cast("B")
+        try:
+            layout = kvstate.parse(src, memory, partial=partial)
+            whole = layout.reason
+        except StateLayoutError as e:
+            layout, whole = kvstate.StateLayout(len(src), 0, ()), str(e)
+        if not whole and layout.n_cells != len(tokens):
+            raise StateMismatch(f"a state of {layout.n_cells} cells given with {len(tokens)} tokens")
+        fr = kvstate.frame(src, layout)
+        keys = chain_keys(self.seed(fr.signature), tokens, self.block_cells) if not whole else []
+        b = self.block_cells
+        tail = kvstate.payload(src, layout, len(keys) * b, layout.n_cells)
+        with self._lock:
+            held = {k: self._blocks[k].data for k in keys if k in self._blocks}
+        fresh = {k: kvstate.payload(src, layout, i * b, (i + 1) * b) for i, k in enumerate(keys) if k not in held}
+        diverged = 0
+        if self.verify:
+            for i, k in enumerate(keys):
+                if k in held and held[k] != kvstate.payload(src, layout, i * b, (i + 1) * b):
+                    diverged += 1
+        with self._lock:
+            for k in keys:
+                blk = self._blocks.get(k)
+                if blk is not None:  # held (also one another put stored meanwhile: its copy is dropped)
+                    blk.refs += 1
+                    self._shared += 1
+                else:
+                    if k in fresh:
+                        data = fresh[k]
+                    else:  # held a moment ago, released meanwhile: copied now
+                        i = keys.index(k)
+                        data = kvstate.payload(src, layout, i * b, (i + 1) * b)
+                    self._blocks[k] = _Block(data)
+                    self._block_bytes += len(data)
+                    self._copied += 1
+            ref = StoredState(next(self._ids), fr, tuple(keys), tail, whole)
+            self._states[ref.id] = ref
+            self._own_bytes += ref.own_bytes
+            self._logical += ref.size
+            self._diverged += diverged
+            if whole:
+                self._whole += 1
+                first = whole not in self._reasons_logged
+                self._reasons_logged.add(whole)
+        if whole:
+            (log.info if first else log.debug)("blocks.whole", reason=whole, nbytes=ref.size)
+        return ref
+
+    def get(self, ref: StoredState, out: memoryview | None = None) -> memoryview:
+        """The state of `ref`, assembled into `out` (or a buffer from `STATE_BUFFERS`) in one pass."""
+        with self._lock:
+            if self._states.get(ref.id) is not ref:
+                raise StateNotHeld(f"state {ref.id} is not held (released, or of another store)")
+            payloads = [self._blocks[k].data for k in ref.keys]
+        payloads.append(ref.tail)
+        return kvstate.assemble(ref.frame, payloads, out)
+
+    def release(self, ref: StoredState) -> None:
+        """Stop holding `ref`; its blocks that no other held state uses are freed."""
+        with self._lock:
+            if self._states.get(ref.id) is not ref:
+                raise StateNotHeld(f"state {ref.id} is not held (released, or of another store)")
+            del self._states[ref.id]
+            self._own_bytes -= ref.own_bytes
+            self._logical -= ref.size
+            for k in ref.keys:
+                blk = self._blocks[k]
+                blk.refs -= 1
+                if blk.refs == 0:
+                    del self._blocks[k]
+                    self._block_bytes -= len(blk.data)
+
+    def held_cells(self, tokens: Sequence[int], signature: bytes) -> int:
+        """How many leading cells of `tokens` the held blocks of that cell layout cover (whole blocks)."""
+        keys = chain_keys(self.seed(signature), tokens, self.block_cells)
+        with self._lock:
+            n = next((i for i, k in enumerate(keys) if k not in self._blocks), len(keys))
+        return n * self.block_cells
+
+    def stats(self) -> BlockStoreStats:
+        with self._lock:
+            return BlockStoreStats(
+                states=len(self._states),
+                blocks=len(self._blocks),
+                logical_bytes=self._logical,
+                stored_bytes=self._block_bytes + self._own_bytes,
+                block_bytes=self._block_bytes,
+                blocks_shared=self._shared,
+                blocks_stored=self._copied,
+                whole_states=self._whole,
+                diverged=self._diverged,
+            )
