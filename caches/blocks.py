@@ -11,6 +11,7 @@ whose first k blocks of tokens agree share those k blocks; the key of a block sa
     ref = store.put(tokens, state, Memory.KV)      # copies only the blocks it does not hold yet
     buf = store.get(ref)                           # the state again, assembled in one pass
     store.release(ref)                             # a block goes when no held state uses it
+    del ref                                        # ... as it does when the last reference to a state goes
 
 Invariants:
 - `get(put(t, s))` is `s` byte for byte, as long as the blocks it shares were stored from states whose
@@ -21,6 +22,9 @@ Invariants:
 - Byte accounting: `logical_bytes` is what whole copies of the held states take, `stored_bytes` what the
   store holds (each block once, plus each state's frame and partial block). Releasing every state brings
   both to zero.
+- Reference counts are Python's: a state lists its blocks, the store indexes both weakly. A state is held
+  until `release` or until its `StoredState` is dropped, so a RAM cache that loses an entry by any path
+  frees what only it used; the byte counts follow at once (CPython frees at the last reference).
 - Thread-safe; assembly runs outside the lock on immutable block payloads.
 """
 
@@ -29,8 +33,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import threading
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from caches import kvstate
 from caches.kvstate import Frame, Memory
@@ -59,11 +65,22 @@ def chain_keys(seed: bytes, tokens: Sequence[int], block_cells: int) -> list[byt
     return keys
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+class _Block:
+    """One block's payload. Its reference count is Python's: the held states that list it."""
+
+    __slots__ = ("__weakref__", "data")
+
+    def __init__(self, data: bytearray) -> None:
+        self.data = data
+
+
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class StoredState:
     """A state as the store holds it: the keys of its full blocks, its partial block and its frame.
 
-    `whole` is why it was not cut ("" when it was); then `frame` holds all of it.
+    `whole` is why it was not cut ("" when it was); then `frame` holds all of it. The state keeps its
+    blocks alive: dropping the last reference to it (a cache entry that goes) releases it, as `release`
+    does at once.
     """
 
     id: int
@@ -71,6 +88,7 @@ class StoredState:
     keys: tuple[bytes, ...]
     tail: bytearray  # never modified
     whole: str
+    blocks: list[_Block] = field(repr=False)  # emptied by `release`
 
     @property
     def size(self) -> int:
@@ -98,16 +116,13 @@ class BlockStoreStats:
     diverged: int  # with verify: held blocks whose bytes differed from the new state's
 
 
-class _Block:
-    __slots__ = ("data", "refs")
-
-    def __init__(self, data: bytearray) -> None:
-        self.data = data
-        self.refs = 1
-
-
 class BlockStore:
-    """Blocks of `block_cells` cells, kept once across the states that share them (see the module doc)."""
+    """Blocks of `block_cells` cells, kept once across the states that share them (see the module doc).
+
+    The store indexes blocks and states weakly: a block lives while a held state lists it, a state while
+    its caller keeps its `StoredState` and has not released it. So a cache that drops an entry by any path
+    (evicted, replaced, loaded) frees what only that entry used, without telling the store.
+    """
 
     def __init__(self, block_cells: int = DEFAULT_BLOCK_CELLS, *, namespace: bytes = b"", verify: bool = False) -> None:
         if not isinstance(block_cells, int) or isinstance(block_cells, bool) or block_cells < 1:
@@ -115,9 +130,10 @@ class BlockStore:
         self.block_cells = block_cells
         self.namespace = bytes(namespace)
         self.verify = verify
-        self._lock = threading.Lock()
-        self._blocks: dict[bytes, _Block] = {}
-        self._states: dict[int, StoredState] = {}
+        self._lock = threading.RLock()  # finalizers run on the thread that drops the last reference
+        self._blocks: weakref.WeakValueDictionary[bytes, _Block] = weakref.WeakValueDictionary()
+        self._states: weakref.WeakValueDictionary[int, StoredState] = weakref.WeakValueDictionary()
+        self._finalizers: dict[int, weakref.finalize[..., Any]] = {}
         self._ids = itertools.count(1)
         self._block_bytes = 0
         self._own_bytes = 0
@@ -148,33 +164,34 @@ class BlockStore:
         keys = chain_keys(self.seed(fr.signature), tokens, self.block_cells) if not whole else []
         b = self.block_cells
         tail = kvstate.payload(src, layout, len(keys) * b, layout.n_cells)
-        with self._lock:
-            held = {k: self._blocks[k].data for k in keys if k in self._blocks}
-        fresh = {k: kvstate.payload(src, layout, i * b, (i + 1) * b) for i, k in enumerate(keys) if k not in held}
+        with self._lock:  # strong references: a held block stays held until this state lists it
+            found = {k: blk for k in keys if (blk := self._blocks.get(k)) is not None}
+        fresh = {k: kvstate.payload(src, layout, i * b, (i + 1) * b) for i, k in enumerate(keys) if k not in found}
         diverged = 0
         if self.verify:
-            for i, k in enumerate(keys):
-                if k in held and held[k] != kvstate.payload(src, layout, i * b, (i + 1) * b):
-                    diverged += 1
+            diverged = sum(
+                found[k].data != kvstate.payload(src, layout, i * b, (i + 1) * b)
+                for i, k in enumerate(keys)
+                if k in found
+            )
+        blocks: list[_Block] = []
         with self._lock:
             for k in keys:
-                blk = self._blocks.get(k)
-                if blk is not None:  # held (also one another put stored meanwhile: its copy is dropped)
-                    blk.refs += 1
+                blk = found.get(k) or self._blocks.get(k)  # (another put may have stored it meanwhile)
+                if blk is not None:
                     self._shared += 1
                 else:
-                    if k in fresh:
-                        data = fresh[k]
-                    else:  # held a moment ago, released meanwhile: copied now
-                        i = keys.index(k)
-                        data = kvstate.payload(src, layout, i * b, (i + 1) * b)
-                    self._blocks[k] = _Block(data)
-                    self._block_bytes += len(data)
+                    blk = _Block(fresh[k])
+                    self._blocks[k] = blk
+                    self._block_bytes += len(blk.data)
+                    weakref.finalize(blk, self._block_gone, len(blk.data))
                     self._copied += 1
-            ref = StoredState(next(self._ids), fr, tuple(keys), tail, whole)
+                blocks.append(blk)
+            ref = StoredState(next(self._ids), fr, tuple(keys), tail, whole, blocks)
             self._states[ref.id] = ref
             self._own_bytes += ref.own_bytes
             self._logical += ref.size
+            self._finalizers[ref.id] = weakref.finalize(ref, self._state_gone, ref.id, ref.own_bytes, ref.size)
             self._diverged += diverged
             if whole:
                 self._whole += 1
@@ -184,35 +201,41 @@ class BlockStore:
             (log.info if first else log.debug)("blocks.whole", reason=whole, nbytes=ref.size)
         return ref
 
+    def _block_gone(self, nbytes: int) -> None:
+        with self._lock:
+            self._block_bytes -= nbytes
+
+    def _state_gone(self, state_id: int, own: int, size: int) -> None:
+        with self._lock:
+            self._finalizers.pop(state_id, None)
+            self._own_bytes -= own
+            self._logical -= size
+
+    def _check_held(self, ref: StoredState) -> None:
+        if self._states.get(ref.id) is not ref:
+            raise StateNotHeld(f"state {ref.id} is not held (released, or of another store)")
+
     def get(self, ref: StoredState, out: memoryview | None = None) -> memoryview:
         """The state of `ref`, assembled into `out` (or a buffer from `STATE_BUFFERS`) in one pass."""
         with self._lock:
-            if self._states.get(ref.id) is not ref:
-                raise StateNotHeld(f"state {ref.id} is not held (released, or of another store)")
-            payloads = [self._blocks[k].data for k in ref.keys]
+            self._check_held(ref)
+            payloads = [blk.data for blk in ref.blocks]
         payloads.append(ref.tail)
         return kvstate.assemble(ref.frame, payloads, out)
 
     def release(self, ref: StoredState) -> None:
-        """Stop holding `ref`; its blocks that no other held state uses are freed."""
+        """Stop holding `ref` now; its blocks that no other held state uses are freed."""
         with self._lock:
-            if self._states.get(ref.id) is not ref:
-                raise StateNotHeld(f"state {ref.id} is not held (released, or of another store)")
+            self._check_held(ref)
             del self._states[ref.id]
-            self._own_bytes -= ref.own_bytes
-            self._logical -= ref.size
-            for k in ref.keys:
-                blk = self._blocks[k]
-                blk.refs -= 1
-                if blk.refs == 0:
-                    del self._blocks[k]
-                    self._block_bytes -= len(blk.data)
+            self._finalizers[ref.id]()  # the accounting, once (a finalizer runs at most once)
+            ref.blocks.clear()
 
     def held_cells(self, tokens: Sequence[int], signature: bytes) -> int:
         """How many leading cells of `tokens` the held blocks of that cell layout cover (whole blocks)."""
         keys = chain_keys(self.seed(signature), tokens, self.block_cells)
         with self._lock:
-            n = next((i for i, k in enumerate(keys) if k not in self._blocks), len(keys))
+            n = next((i for i, k in enumerate(keys) if self._blocks.get(k) is None), len(keys))
         return n * self.block_cells
 
     def stats(self) -> BlockStoreStats:

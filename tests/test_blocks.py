@@ -78,12 +78,13 @@ def test_a_state_not_held_is_refused() -> None:
 
 def test_tokens_that_do_not_match_the_cells_are_refused_and_change_nothing() -> None:
     store = BlockStore(B)
-    store.put(_agent(0), kv_state(_agent(0)), Memory.KV)
+    held = store.put(_agent(0), kv_state(_agent(0)), Memory.KV)
     before = store.stats()
     with pytest.raises(StateMismatch) as e:
         store.put(_agent(1)[:-1], kv_state(_agent(1)), Memory.KV)
     assert isinstance(e.value, BadInput)
     assert store.stats() == before
+    assert bytes(store.get(held)) == kv_state(_agent(0))
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "16"])
@@ -127,7 +128,7 @@ def test_blocks_are_shared_only_within_one_namespace_and_cell_layout() -> None:
 def test_verify_counts_blocks_whose_bytes_differ_and_the_first_copy_is_served() -> None:
     toks = _agent(0)
     store = BlockStore(B, verify=True)
-    store.put(toks, kv_state(toks), Memory.KV)
+    first_ref = store.put(toks, kv_state(toks), Memory.KV)
     ref = store.put(toks, kv_state(toks, salt=b"other batch split"), Memory.KV)
     assert store.stats().diverged == len(ref.keys)
     got = bytes(store.get(ref))
@@ -135,6 +136,7 @@ def test_verify_counts_blocks_whose_bytes_differ_and_the_first_copy_is_served() 
     n_shared = len(ref.keys) * B
     layout = kvstate.parse(got, Memory.KV)
     assert kvstate.payload(got, layout, 0, n_shared) == kvstate.payload(first, layout, 0, n_shared)
+    assert first_ref.keys == ref.keys
 
 
 def test_held_cells_counts_the_whole_blocks_of_a_prompt_the_store_holds() -> None:
@@ -195,3 +197,23 @@ def test_agents_restored_from_shared_blocks_continue_as_from_whole_copies(
             fresh.decode([11, 12], len(toks))
             got.append(fresh.logits())
         np.testing.assert_array_equal(got[1], got[0])
+
+
+def test_a_state_dropped_without_release_frees_what_only_it_used() -> None:
+    """A cache that drops an entry by any path (evicted, replaced, loaded) needs no call to the store."""
+    store = BlockStore(B)
+    keep = store.put(_agent(0), kv_state(_agent(0)), Memory.KV)
+    alone = store.stats()
+    gone = store.put(_agent(1), kv_state(_agent(1)), Memory.KV)
+    assert store.stats().blocks > alone.blocks
+    del gone
+    st = store.stats()
+    assert (st.states, st.blocks, st.stored_bytes, st.logical_bytes) == (
+        1,
+        alone.blocks,
+        alone.stored_bytes,
+        alone.logical_bytes,
+    )
+    assert bytes(store.get(keep)) == kv_state(_agent(0))
+    store.release(keep)
+    assert store.stats().stored_bytes == 0
