@@ -1,0 +1,71 @@
+"""The slot with its RAM prompt cache holding states as shared blocks (`Slot(shared_blocks=B)`).
+
+Agents that share a system prompt play round robin through two slots on the same model, one holding whole
+copies and one shared blocks: every turn is the same (tokens, cached and prefilled counts, where the state
+came from) under both cache rules, the RAM cache takes the same decisions on the same (whole) sizes, and
+the block store holds exactly the states the RAM cache holds, in fewer bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runtime.backend.protocol import SlotRequest
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
+from runtime.slot.executor import Slot
+from runtime.slot.shared import SharedSlotState
+from runtime.types import CacheRules
+from sessions import Sampling
+
+CFG = EngineConfig(n_ctx=2048, n_threads=1, n_ubatch=64, n_batch=256)
+SYSTEM = "You are a helpful assistant for the lighthouse crew. Keep answers short and kind. " * 3
+TOPICS = ["the sea", "a red ship", "the moon and the stars", "code and tests"]
+GREEDY = Sampling(temperature=0.0).with_overrides(max_tokens=8)
+
+
+def _play(eng: Engine, slot: Slot, n_agents: int, n_turns: int) -> list[tuple[object, ...]]:
+    histories: list[list[dict[str, str]]] = [[] for _ in range(n_agents)]
+    out: list[tuple[object, ...]] = []
+    for t in range(n_turns):
+        for a in range(n_agents):
+            user = f"I am agent {a}. Turn {t}: tell me more about {TOPICS[a % len(TOPICS)]}, please."
+            msgs = [{"role": "system", "content": SYSTEM}, *histories[a], {"role": "user", "content": user}]
+            r = eng.render(msgs)
+            res = slot.run(SlotRequest(prompt=r.tokens, sampling=GREEDY, user_starts=r.user_starts))
+            out.append((a, t, res.tokens, res.cached_tokens, res.prefilled_tokens, res.cache_source))
+            histories[a] += [{"role": "user", "content": user}, {"role": "assistant", "content": res.text}]
+    return out
+
+
+@pytest.mark.parametrize("rules", ["turnstile", "llama-server"])
+@pytest.mark.parametrize(("arch", "limit"), [("llama", 0), ("llama", 300_000), ("gemma3", 0), ("jamba", 0)])
+def test_shared_blocks_change_no_turn_and_hold_less(
+    arch: str, limit: int, rules: CacheRules, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
+    runs = []
+    slots = []
+    for shared in (None, 8):
+        eng = make_engine(tiny_models[arch], CFG)
+        slot = Slot(eng, cache_ram_bytes=limit, cache_rules=rules, shared_blocks=shared)
+        runs.append(_play(eng, slot, 4, 4))
+        slots.append(slot)
+    whole, shared_slot = slots
+    assert runs[1] == runs[0]
+    assert whole.cache.ram is not None and shared_slot.cache.ram is not None
+    if limit:  # entries were evicted (and their blocks freed, below)
+        assert whole.cache.ram.stats().evictions > 0
+    else:  # the RAM cache served turns
+        assert whole.cache.ram.stats().hits >= 3
+    assert shared_slot.cache.ram.stats() == whole.cache.ram.stats()  # same decisions, same (whole) sizes
+    assert whole.blocks is None and shared_slot.blocks is not None
+    entries = shared_slot.cache.ram.entries
+    held = [e.state for e in entries if isinstance(e.state, SharedSlotState)]
+    assert len(held) == len(entries) > 1  # every RAM entry is held as blocks
+    st = shared_slot.blocks.stats()
+    assert st.states == len(held)  # entries that left the cache left the store
+    assert st.logical_bytes == sum(s.ref.size for s in held)
+    assert st.blocks_shared > 0 and st.stored_bytes < st.logical_bytes
