@@ -69,3 +69,7 @@ def test_shared_blocks_change_no_turn_and_hold_less(
     assert st.states == len(held)  # entries that left the cache left the store
     assert st.logical_bytes == sum(s.ref.size for s in held)
     assert st.blocks_shared > 0 and st.stored_bytes < st.logical_bytes
+    cps = sum(c.nbytes for s in held for c in s.checkpoints)
+    a, b = whole.stats(), shared_slot.stats()
+    assert a.ram_held_bytes == a.ram_bytes == b.ram_bytes
+    assert b.ram_held_bytes == st.stored_bytes + cps < b.ram_bytes

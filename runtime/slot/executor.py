@@ -29,7 +29,7 @@ from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.detok import IncrementalText
-from runtime.slot.shared import AnyState, StateCodec, share, state_bytes
+from runtime.slot.shared import AnyState, SharedSlotState, StateCodec, share, state_bytes
 from runtime.slot.state import (
     CHECKPOINT_MIN_STEP,
     N_CTX_CHECKPOINTS,
@@ -60,6 +60,7 @@ class SlotStats(msgspec.Struct, frozen=True):
     slot_tokens: int
     ram_entries: int
     ram_bytes: int
+    ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
 
 
 @dataclass
@@ -138,7 +139,17 @@ class Slot:
             slot_tokens=len(self.tokens),
             ram_entries=c.ram_entries,
             ram_bytes=c.ram_bytes,
+            ram_held_bytes=c.ram_bytes if self.blocks is None else self._held_bytes(),
         )
+
+    def _held_bytes(self) -> int:
+        """RAM's shared states as the block store holds them, plus checkpoints and states kept whole."""
+        assert self.blocks is not None
+        ram = self.cache.ram
+        entries = ram.entries if ram is not None else ()
+        whole = sum(e.nbytes for e in entries if not isinstance(e.state, SharedSlotState))
+        cps = sum(c.nbytes for e in entries if isinstance(e.state, SharedSlotState) for c in e.state.checkpoints)
+        return self.blocks.stats().stored_bytes + whole + cps
 
     # --- state ------------------------------------------------------------------------------------
 
