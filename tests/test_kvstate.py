@@ -335,3 +335,31 @@ def test_a_real_state_of_another_memory_kind_or_damaged_is_refused(
         kvstate.parse(damaged, Memory.KV)
     with pytest.raises(StateLayoutError):
         kvstate.parse(state[:-1], Memory.KV)
+
+
+@pytest.mark.parametrize(
+    ("memory", "state"),
+    [
+        (Memory.HYBRID, _state(_kv(9, v_trans=True), _recurrent())),
+        (Memory.ISWA, _state(_kv(9, ext=True), _kv(3, ext=True, positions=[6, 7, 8]))),
+    ],
+)
+def test_a_damaged_header_byte_is_refused_or_still_cut_exactly(memory: Memory, state: bytes) -> None:
+    """Every byte outside the cells' K/V data, set to other values: refused, or a cut that round-trips."""
+    layout = kvstate.parse(state, memory)
+    data = {i for s in layout.segments[1:] for i in range(s.offset, s.offset + s.cell_bytes * s.rows * layout.n_cells)}
+    rnd = random.Random(7)
+    accepted = refused = 0
+    for i in range(len(state)):
+        if i in data:
+            continue
+        for value in {0, 1, 2, 0xFF, rnd.randrange(256)} - {state[i]}:
+            bad = state[:i] + bytes([value]) + state[i + 1 :]
+            try:
+                got = kvstate.parse(bad, memory)
+            except StateLayoutError:
+                refused += 1
+                continue
+            accepted += 1
+            assert _round_trip(bad, got, _ranges(got.n_cells, 4)) == bad
+    assert refused > 0 and accepted > 0

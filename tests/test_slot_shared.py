@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from caches.disk.tier import DiskTier
 from runtime.backend.protocol import SlotRequest
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
@@ -27,13 +28,13 @@ TOPICS = ["the sea", "a red ship", "the moon and the stars", "code and tests"]
 GREEDY = Sampling(temperature=0.0).with_overrides(max_tokens=8)
 
 
-def _play(eng: Engine, slot: Slot, n_agents: int, n_turns: int) -> list[tuple[object, ...]]:
+def _play(eng: Engine, slot: Slot, n_agents: int, n_turns: int, system: str = SYSTEM) -> list[tuple[object, ...]]:
     histories: list[list[dict[str, str]]] = [[] for _ in range(n_agents)]
     out: list[tuple[object, ...]] = []
     for t in range(n_turns):
         for a in range(n_agents):
             user = f"I am agent {a}. Turn {t}: tell me more about {TOPICS[a % len(TOPICS)]}, please."
-            msgs = [{"role": "system", "content": SYSTEM}, *histories[a], {"role": "user", "content": user}]
+            msgs = [{"role": "system", "content": system}, *histories[a], {"role": "user", "content": user}]
             r = eng.render(msgs)
             res = slot.run(SlotRequest(prompt=r.tokens, sampling=GREEDY, user_starts=r.user_starts))
             out.append((a, t, res.tokens, res.cached_tokens, res.prefilled_tokens, res.cache_source))
@@ -73,3 +74,27 @@ def test_shared_blocks_change_no_turn_and_hold_less(
     a, b = whole.stats(), shared_slot.stats()
     assert a.ram_held_bytes == a.ram_bytes == b.ram_bytes
     assert b.ram_held_bytes == st.stored_bytes + cps < b.ram_bytes
+
+
+@pytest.mark.parametrize("arch", ["llama", "jamba"])
+def test_shared_states_spill_to_disk_whole_and_come_back(
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """RAM for about one state, a disk tier behind it: shared states are assembled on their way to disk,
+    and the turns are those of whole copies."""
+    runs = []
+    disks = []
+    for shared in (None, 8):
+        eng = make_engine(tiny_models[arch], CFG)
+        disk = DiskTier(tmp_path / f"disk-{shared}", fingerprint=eng.fingerprint, settings=eng.settings_key)
+        disks.append(disk)
+        slot = Slot(eng, cache_ram_bytes=1, disk=disk, shared_blocks=shared)
+        runs.append(_play(eng, slot, 3, 3, system="Be brief."))  # a short prefix: every turn swaps
+        assert slot.stats().disk_loads >= 3
+        slot.flush()
+    assert runs[1] == runs[0]
+    assert sum(1 for r in runs[0] if r[5] in ("disk", "checkpoint")) >= 3
+    a, b = (d.stats() for d in disks)
+    assert (a.entries, a.bytes) == (b.entries, b.bytes)  # the same whole states on disk
+    for d in disks:
+        d.close()
