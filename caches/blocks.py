@@ -34,17 +34,25 @@ import hashlib
 import itertools
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from caches import kvstate
 from caches.kvstate import Frame, Memory
-from caches.tokens import tokens_to_bytes
+from caches.tokens import f32, fdiv, tokens_to_bytes
 from runtime.errors import InvalidConfig, StateLayoutError, StateMismatch, StateNotHeld
 from runtime.log import get_logger
 
-__all__ = ["DEFAULT_BLOCK_CELLS", "BlockStore", "BlockStoreStats", "StoredState", "chain_keys"]
+__all__ = [
+    "DEFAULT_BLOCK_CELLS",
+    "BlockStore",
+    "BlockStoreStats",
+    "StoredState",
+    "chain_keys",
+    "held_bytes",
+    "plan_held_evictions",
+]
 
 log = get_logger(__name__)
 
@@ -254,3 +262,44 @@ class BlockStore:
                 whole_states=self._whole,
                 diverged=self._diverged,
             )
+
+
+def held_bytes(states: Iterable[StoredState]) -> int:
+    """Bytes `states` hold together: each of their blocks once, plus each state's frame and partial block."""
+    seen: set[int] = set()
+    total = 0
+    for st in states:
+        total += st.own_bytes
+        for blk in st.blocks:
+            if id(blk) not in seen:
+                seen.add(id(blk))
+                total += len(blk.data)
+    return total
+
+
+def plan_held_evictions(
+    n_tokens: Sequence[int], held: Callable[[int], int], limit_bytes: int, limit_tokens: int, *, keep: int = 0
+) -> int:
+    """How many of the oldest entries to evict when entries share memory: llama-server's `update` rule
+    (`caches.prompt_cache.plan_update`) on the bytes the remaining entries hold together (`held(k)`: what
+    the entries from the k-th on hold) instead of the sum of their whole sizes; never the newest `keep`.
+
+    First the oldest while over the byte limit; then, with a token limit, the oldest while over it, the
+    limit raised to what the byte limit holds at the remaining entries' bytes per token, as llama-server
+    raises it (with shared blocks a token costs less, so more of them fit). With nothing shared (`held(k)`
+    the sum of the sizes from k on) and keep 0, this is `plan_update` exactly.
+    """
+    n, k = len(n_tokens), 0
+    if limit_bytes > 0:
+        while k < n - keep and held(k) > limit_bytes:
+            k += 1
+    if limit_tokens > 0:
+        n_tok = sum(n_tokens[k:])
+        limit_cur = limit_tokens
+        if limit_bytes > 0:  # in C++ float, as plan_update
+            per_token = max(1.0, fdiv(held(k), max(1, n_tok)))
+            limit_cur = max(limit_tokens, int(f32(f32(limit_bytes) / per_token)))
+        while k < n - keep and n_tok > limit_cur:
+            n_tok -= n_tokens[k]
+            k += 1
+    return k

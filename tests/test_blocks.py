@@ -6,6 +6,8 @@ models: a conversation restored from shared blocks continues exactly as one rest
 
 from __future__ import annotations
 
+import functools
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,8 +15,9 @@ import numpy as np
 import pytest
 
 from caches import kvstate
-from caches.blocks import BlockStore, chain_keys
+from caches.blocks import BlockStore, chain_keys, plan_held_evictions
 from caches.kvstate import Memory
+from caches.prompt_cache import plan_update
 from runtime.config import EngineConfig
 from runtime.errors import BadInput, InvalidConfig, NotFound, StateMismatch, StateNotHeld
 from runtime.llama.engine import Engine
@@ -217,3 +220,31 @@ def test_a_state_dropped_without_release_frees_what_only_it_used() -> None:
     assert bytes(store.get(keep)) == kv_state(_agent(0))
     store.release(keep)
     assert store.stats().stored_bytes == 0
+
+
+def _rest(sizes: list[int], k: int) -> int:
+    return sum(sizes[k:])
+
+
+def test_held_evictions_without_sharing_are_llama_servers_update_exactly() -> None:
+    rnd = random.Random(3)
+    for _ in range(2000):
+        n = rnd.randrange(0, 7)
+        sizes = [rnd.randrange(1, 5000) for _ in range(n)]
+        counts = [rnd.randrange(1, 400) for _ in range(n)]
+        limit_bytes, limit_tokens = rnd.choice([0, rnd.randrange(1, 20000)]), rnd.choice([0, rnd.randrange(1, 2000)])
+        want = plan_update(list(zip(sizes, counts, strict=True)), limit_bytes, limit_tokens)
+        got = plan_held_evictions(counts, functools.partial(_rest, sizes), limit_bytes, limit_tokens)
+        assert got == want, (sizes, counts, limit_bytes, limit_tokens)
+
+
+def test_held_evictions_count_what_the_rest_holds_and_keep_the_newest() -> None:
+    # four entries sharing 900 bytes, 100 of their own each: together they hold 900 + 100 * (4 - k)
+    def held(k: int) -> int:
+        return 900 + 100 * (4 - k) if k < 4 else 0
+
+    assert plan_held_evictions([10] * 4, held, 1300, 0) == 0  # whole sizes (4000) would evict 3
+    assert plan_held_evictions([10] * 4, held, 1150, 0) == 2
+    assert plan_held_evictions([10] * 4, held, 500, 0) == 4
+    assert plan_held_evictions([10] * 4, held, 500, 0, keep=1) == 3
+    assert plan_held_evictions([10] * 4, held, 0, 25) == 2  # tokens alone: as llama-server

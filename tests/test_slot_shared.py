@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,9 +29,16 @@ TOPICS = ["the sea", "a red ship", "the moon and the stars", "code and tests"]
 GREEDY = Sampling(temperature=0.0).with_overrides(max_tokens=8)
 
 
-def _play(eng: Engine, slot: Slot, n_agents: int, n_turns: int, system: str = SYSTEM) -> list[tuple[object, ...]]:
+def _play(
+    eng: Engine,
+    slot: Slot,
+    n_agents: int,
+    n_turns: int,
+    system: str = SYSTEM,
+    after: Callable[[], None] = lambda: None,
+) -> list[tuple[Any, ...]]:
     histories: list[list[dict[str, str]]] = [[] for _ in range(n_agents)]
-    out: list[tuple[object, ...]] = []
+    out: list[tuple[Any, ...]] = []
     for t in range(n_turns):
         for a in range(n_agents):
             user = f"I am agent {a}. Turn {t}: tell me more about {TOPICS[a % len(TOPICS)]}, please."
@@ -39,11 +47,22 @@ def _play(eng: Engine, slot: Slot, n_agents: int, n_turns: int, system: str = SY
             res = slot.run(SlotRequest(prompt=r.tokens, sampling=GREEDY, user_starts=r.user_starts))
             out.append((a, t, res.tokens, res.cached_tokens, res.prefilled_tokens, res.cache_source))
             histories[a] += [{"role": "user", "content": user}, {"role": "assistant", "content": res.text}]
+            after()
     return out
 
 
-@pytest.mark.parametrize("rules", ["turnstile", "llama-server"])
-@pytest.mark.parametrize(("arch", "limit"), [("llama", 0), ("llama", 300_000), ("gemma3", 0), ("jamba", 0)])
+@pytest.mark.parametrize(
+    ("rules", "arch", "limit"),
+    [
+        ("turnstile", "llama", 0),
+        ("turnstile", "gemma3", 0),
+        ("turnstile", "jamba", 0),
+        ("llama-server", "llama", 0),
+        ("llama-server", "llama", 300_000),  # whole sizes against the limit: llama-server's evictions
+        ("llama-server", "gemma3", 0),
+        ("llama-server", "jamba", 0),
+    ],
+)
 def test_shared_blocks_change_no_turn_and_hold_less(
     arch: str, limit: int, rules: CacheRules, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
 ) -> None:
@@ -98,3 +117,31 @@ def test_shared_states_spill_to_disk_whole_and_come_back(
     assert (a.entries, a.bytes) == (b.entries, b.bytes)  # the same whole states on disk
     for d in disks:
         d.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "jamba"])
+def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
+    arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
+) -> None:
+    """Three conversations, a RAM limit of about two whole states: with shared blocks it holds more of them
+    (never more bytes than the limit), so more turns come from RAM and fewer tokens are prefilled."""
+    limit = 340_000
+    runs, slots = [], []
+    for shared in (None, 8):
+        eng = make_engine(tiny_models[arch], CFG)
+        slot = Slot(eng, cache_ram_bytes=limit, cache_rules="turnstile", shared_blocks=shared)
+        held: list[int] = []
+
+        def record(slot: Slot = slot, held: list[int] = held) -> None:
+            held.append(slot.stats().ram_held_bytes)
+
+        runs.append(_play(eng, slot, 3, 4, after=record))
+        slots.append(slot)
+        assert max(held) <= limit
+    whole, shared_slot = slots
+    assert whole.cache.ram is not None and shared_slot.cache.ram is not None
+    assert [r[2] for r in runs[1]] == [r[2] for r in runs[0]]  # the same replies
+    w, s = whole.cache.ram.stats(), shared_slot.cache.ram.stats()
+    assert s.hits > w.hits and s.evictions <= w.evictions
+    assert sum(r[4] for r in runs[1]) < sum(r[4] for r in runs[0])  # fewer prefilled tokens
+    assert len(shared_slot.cache.ram.entries) >= len(whole.cache.ram.entries)

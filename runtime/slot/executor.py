@@ -29,7 +29,7 @@ from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.detok import IncrementalText
-from runtime.slot.shared import AnyState, SharedSlotState, StateCodec, share, state_bytes
+from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
 from runtime.slot.state import (
     CHECKPOINT_MIN_STEP,
     N_CTX_CHECKPOINTS,
@@ -111,8 +111,10 @@ class Slot:
             else None
         )
         self._memory = memory_of(str(engine.kind), engine.n_swa)
+        # turnstile's rules with shared blocks: the limits count what the entries hold together
+        held = held_by_entries if self.blocks is not None and cache_rules == "turnstile" else None
         ram: PromptCache[AnyState] | None = (
-            PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
+            PromptCache(cache_ram_bytes, engine.n_ctx, held=held) if cache_ram_bytes is not None else None
         )
         self.cache = TieredCache(
             ram, disk, StateCodec(self.blocks), similarity=similarity, retain_partial=cache_rules == "turnstile"
@@ -143,13 +145,9 @@ class Slot:
         )
 
     def _held_bytes(self) -> int:
-        """RAM's shared states as the block store holds them, plus checkpoints and states kept whole."""
-        assert self.blocks is not None
+        """What RAM's entries hold together (shared blocks once, checkpoints, states kept whole)."""
         ram = self.cache.ram
-        entries = ram.entries if ram is not None else ()
-        whole = sum(e.nbytes for e in entries if not isinstance(e.state, SharedSlotState))
-        cps = sum(c.nbytes for e in entries if isinstance(e.state, SharedSlotState) for c in e.state.checkpoints)
-        return self.blocks.stats().stored_bytes + whole + cps
+        return held_by_entries(ram.entries) if ram is not None else 0
 
     # --- state ------------------------------------------------------------------------------------
 

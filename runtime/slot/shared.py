@@ -2,9 +2,10 @@
 
 A `SharedSlotState` is a `SlotState` whose sequence state lives in a `caches.blocks.BlockStore`: the blocks
 of a prefix that many conversations share (a long system prompt, a forked history) are held once. The
-checkpoints (PARTIAL_ONLY states) stay whole. What the cache rules see does not change: a shared state
-weighs what its whole copy weighs (`nbytes`), so `cache_rules="llama-server"` takes llama-server's decisions
-exactly, and `"turnstile"` its own, on the same sizes as before; only the memory they hold is less.
+checkpoints (PARTIAL_ONLY states) stay whole. A shared state's `nbytes` is what its whole copy weighs:
+under `cache_rules="llama-server"` the RAM cache's limits count those, so it takes llama-server's decisions
+exactly (only the memory it holds is less); under `"turnstile"` they count what the entries hold together
+(`held_by_entries`: each shared block once), so more conversations fit in the same limit.
 
 The disk tier is not concerned: a state that spills is assembled and written whole (`StateCodec.encode`),
 and a state read from disk comes back whole (`SlotState`) until the slot saves it again.
@@ -12,15 +13,17 @@ and a state read from disk comes back whole (`SlotState`) until the slot saves i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from caches.blocks import BlockStore, StoredState
+from caches.blocks import BlockStore, StoredState, held_bytes
 from caches.kvstate import Memory
+from caches.prompt_cache import Entry
 from runtime.errors import StateMismatch
 from runtime.log import get_logger
 from runtime.slot.state import Bytes, Checkpoint, SlotState
 
-__all__ = ["AnyState", "SharedSlotState", "StateCodec", "share", "state_bytes"]
+__all__ = ["AnyState", "SharedSlotState", "StateCodec", "held_by_entries", "share", "state_bytes"]
 
 log = get_logger(__name__)
 
@@ -49,6 +52,15 @@ def share(store: BlockStore, tokens: list[int], state: SlotState, memory: Memory
     except StateMismatch as e:
         log.warning("blocks.mismatch", n_tokens=len(tokens), error=str(e))
         return state
+
+
+def held_by_entries(entries: Sequence[Entry[AnyState]]) -> int:
+    """Bytes RAM entries hold together: their shared blocks once, their frames, partial blocks, checkpoints,
+    and the whole size of the ones kept whole."""
+    shared = [e.state for e in entries if isinstance(e.state, SharedSlotState)]
+    whole = sum(e.nbytes for e in entries if not isinstance(e.state, SharedSlotState))
+    cps = sum(c.nbytes for s in shared for c in s.checkpoints)
+    return held_bytes(s.ref for s in shared) + whole + cps
 
 
 def state_bytes(store: BlockStore | None, state: AnyState) -> Bytes:
