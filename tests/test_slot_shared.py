@@ -71,6 +71,8 @@ def test_shared_blocks_change_no_turn_and_hold_less(
     for shared in (None, 8):
         eng = make_engine(tiny_models[arch], CFG)
         slot = Slot(eng, cache_ram_bytes=limit, cache_rules=rules, shared_blocks=shared)
+        if slot.blocks is not None:
+            slot.blocks.verify = True  # compare every block found held with the new state's own bytes
         runs.append(_play(eng, slot, 4, 4))
         slots.append(slot)
     whole, shared_slot = slots
@@ -89,6 +91,7 @@ def test_shared_blocks_change_no_turn_and_hold_less(
     assert st.states == len(held)  # entries that left the cache left the store
     assert st.logical_bytes == sum(s.ref.size for s in held)
     assert st.blocks_shared > 0 and st.stored_bytes < st.logical_bytes
+    assert (st.whole_states, st.diverged) == (0, 0)  # every state cut; shared blocks were byte-identical
     cps = sum(c.nbytes for s in held for c in s.checkpoints)
     a, b = whole.stats(), shared_slot.stats()
     assert a.ram_held_bytes == a.ram_bytes == b.ram_bytes
