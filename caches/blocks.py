@@ -56,6 +56,8 @@ __all__ = [
 
 log = get_logger(__name__)
 
+SPARE_BYTES = 64 << 20
+
 DEFAULT_BLOCK_CELLS = 64
 """Chosen by `python -m benchmarks shared-prefix` on SmolLM2 (16 agents x 6 turns on a 1,500-token prefix, 4
 forks): stored / unique KV 1.029 at 16 cells, 1.067 at 32 and 64, 1.221 at 128, 1.464 at 256; a 6,000-token
@@ -125,6 +127,7 @@ class BlockStoreStats:
     blocks_stored: int  # blocks a put copied in
     whole_states: int  # puts kept whole (layout unknown, nothing to cut)
     diverged: int  # with verify: held blocks whose bytes differed from the new state's
+    spare_bytes: int  # memory of freed blocks kept for the next ones (not in stored_bytes)
 
 
 class BlockStore:
@@ -135,7 +138,16 @@ class BlockStore:
     (evicted, replaced, loaded) frees what only that entry used, without telling the store.
     """
 
-    def __init__(self, block_cells: int = DEFAULT_BLOCK_CELLS, *, namespace: bytes = b"", verify: bool = False) -> None:
+    def __init__(
+        self,
+        block_cells: int = DEFAULT_BLOCK_CELLS,
+        *,
+        namespace: bytes = b"",
+        verify: bool = False,
+        spare_bytes: int = SPARE_BYTES,
+    ) -> None:
+        """`spare_bytes`: the memory of freed blocks kept for the next ones (filling fresh memory costs
+        more than the copy itself on a VM: `caches.buffers`)."""
         if not isinstance(block_cells, int) or isinstance(block_cells, bool) or block_cells < 1:
             raise InvalidConfig(f"block_cells must be a positive int, not {block_cells!r}")
         self.block_cells = block_cells
@@ -151,6 +163,9 @@ class BlockStore:
         self._logical = 0
         self._shared = self._copied = self._whole = self._diverged = 0
         self._reasons_logged: set[str] = set()
+        self.spare_bytes = spare_bytes
+        self._spare: dict[int, list[bytearray]] = {}
+        self._spare_total = 0
 
     def seed(self, signature: bytes) -> bytes:
         """The chain's start for states of one cell layout."""
@@ -177,7 +192,12 @@ class BlockStore:
         tail = kvstate.payload(src, layout, len(keys) * b, layout.n_cells)
         with self._lock:  # strong references: a held block stays held until this state lists it
             found = {k: blk for k in keys if (blk := self._blocks.get(k)) is not None}
-        fresh = {k: kvstate.payload(src, layout, i * b, (i + 1) * b) for i, k in enumerate(keys) if k not in found}
+        size = b * layout.cell_bytes
+        fresh = {
+            k: kvstate.payload(src, layout, i * b, (i + 1) * b, self._take_spare(size))
+            for i, k in enumerate(keys)
+            if k not in found
+        }
         diverged = 0
         if self.verify:
             diverged = sum(
@@ -191,11 +211,13 @@ class BlockStore:
                 blk = found.get(k) or self._blocks.get(k)  # (another put may have stored it meanwhile)
                 if blk is not None:
                     self._shared += 1
+                    if k in fresh:
+                        self._give_spare(fresh[k])
                 else:
                     blk = _Block(fresh[k])
                     self._blocks[k] = blk
                     self._block_bytes += len(blk.data)
-                    weakref.finalize(blk, self._block_gone, len(blk.data))
+                    weakref.finalize(blk, self._block_gone, blk.data)
                     self._copied += 1
                 blocks.append(blk)
             ref = StoredState(next(self._ids), fr, tuple(keys), tail, whole, blocks)
@@ -212,9 +234,24 @@ class BlockStore:
             (log.info if first else log.debug)("blocks.whole", reason=whole, nbytes=ref.size)
         return ref
 
-    def _block_gone(self, nbytes: int) -> None:
+    def _block_gone(self, data: bytearray) -> None:
         with self._lock:
-            self._block_bytes -= nbytes
+            self._block_bytes -= len(data)
+            self._give_spare(data)
+
+    def _give_spare(self, data: bytearray) -> None:
+        with self._lock:
+            if self._spare_total + len(data) <= self.spare_bytes:
+                self._spare.setdefault(len(data), []).append(data)
+                self._spare_total += len(data)
+
+    def _take_spare(self, size: int) -> bytearray | None:
+        with self._lock:
+            free = self._spare.get(size)
+            if not free:
+                return None
+            self._spare_total -= size
+            return free.pop()
 
     def _state_gone(self, state_id: int, own: int, size: int) -> None:
         with self._lock:
@@ -230,9 +267,10 @@ class BlockStore:
         """The state of `ref`, assembled into `out` (or a buffer from `STATE_BUFFERS`) in one pass."""
         with self._lock:
             self._check_held(ref)
-            payloads = [blk.data for blk in ref.blocks]
-        payloads.append(ref.tail)
-        return kvstate.assemble(ref.frame, payloads, out)
+            blocks = list(ref.blocks)  # alive (their memory not handed on as spare) until assembled
+        out = kvstate.assemble(ref.frame, [*(blk.data for blk in blocks), ref.tail], out)
+        del blocks
+        return out
 
     def release(self, ref: StoredState) -> None:
         """Stop holding `ref` now; its blocks that no other held state uses are freed."""
@@ -261,6 +299,7 @@ class BlockStore:
                 blocks_stored=self._copied,
                 whole_states=self._whole,
                 diverged=self._diverged,
+                spare_bytes=self._spare_total,
             )
 
 

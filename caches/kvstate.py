@@ -331,13 +331,16 @@ def frame(state: Buffer, layout: StateLayout) -> Frame:
     return Frame(tuple(bytes(buf[a:b]) for a, b in gaps), layout.n_cells, layout.shape, _signature(buf, layout, gaps))
 
 
-def payload(state: Buffer, layout: StateLayout, start: int, stop: int) -> bytearray:
-    """A copy of cells [start, stop) of the cut section, segment by segment."""
+def payload(state: Buffer, layout: StateLayout, start: int, stop: int, out: bytearray | None = None) -> bytearray:
+    """A copy of cells [start, stop) of the cut section, segment by segment (into `out`, reused, if given)."""
     n = layout.n_cells
     if not 0 <= start <= stop <= n:
         raise StateLayoutError("range", f"cells [{start}, {stop}) of {n}")
     m = stop - start
-    out = bytearray(m * layout.cell_bytes)
+    if out is None:
+        out = bytearray(m * layout.cell_bytes)
+    elif len(out) != m * layout.cell_bytes:
+        raise StateLayoutError("range", f"a buffer of {len(out)} bytes for {m} cells of {layout.cell_bytes}")
     dst = memoryview(out)
     src = memoryview(state).cast("B")
     at = 0

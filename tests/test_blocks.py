@@ -248,3 +248,16 @@ def test_held_evictions_count_what_the_rest_holds_and_keep_the_newest() -> None:
     assert plan_held_evictions([10] * 4, held, 500, 0) == 4
     assert plan_held_evictions([10] * 4, held, 500, 0, keep=1) == 3
     assert plan_held_evictions([10] * 4, held, 0, 25) == 2  # tokens alone: as llama-server
+
+
+def test_the_memory_of_freed_blocks_serves_the_next_ones_up_to_a_limit() -> None:
+    store = BlockStore(B, spare_bytes=3 * B * CELL_BYTES)
+    a = store.put(_agent(0), kv_state(_agent(0)), Memory.KV)
+    first = {id(blk.data) for blk in a.blocks}
+    store.release(a)
+    assert store.stats().spare_bytes == 3 * B * CELL_BYTES  # three kept, the others went back
+    other = [7000 + i for i in range(60)]
+    b = store.put(other, kv_state(other), Memory.KV)
+    assert len({id(blk.data) for blk in b.blocks} & first) == 3
+    assert store.stats().spare_bytes == 0
+    assert bytes(store.get(b)) == kv_state(other)
