@@ -25,8 +25,8 @@ section of hybrid and recurrent models) is the state's *frame*, kept whole.
 Invariants:
 - `parse` accepts a state only if every field is where this layout puts it and the sections end exactly at
   the end of the buffer; anything else (another llama.cpp version, another memory kind, garbage) raises
-  `StateLayoutError`, never a wrong cut. The ext field, whose presence the bytes do not say, must be
-  decided by the parse: exactly one reading (without, with) may fit.
+  `StateLayoutError`, never a wrong cut. The ext field, whose presence the bytes do not say, is decided
+  by the parse: both readings (without, with) are tried, and if both fit they must agree.
 - A section is cut only if its cells hold positions 0, 1, …, n-1 in that order, each in the state's own
   sequence alone; otherwise the state parses with nothing to cut (`StateLayout.reason` says why).
 - `assemble(frame(s), [payload(s, a, b) for each range]) == s`, byte for byte, for any partition of the
