@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from caches.blocks import plan_held_evictions
 from caches.tokens import f32 as _f32
 from caches.tokens import fdiv as _fdiv
 from caches.tokens import keeps_enough, lcp
@@ -222,12 +223,20 @@ class PromptCache(Generic[S]):
         """Whether a request for `prompt` updates the cache (`update_due`)."""
         return update_due(slot, prompt, similarity)
 
-    def __init__(self, limit_bytes: int, limit_tokens: int) -> None:
-        """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit."""
+    def __init__(
+        self, limit_bytes: int, limit_tokens: int, *, held: Callable[[Sequence[Entry[S]]], int] | None = None
+    ) -> None:
+        """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit.
+
+        `held`: when entries share memory (`caches.blocks`), the bytes a run of entries holds together; the
+        limits then count that (`plan_held_evictions`, turnstile's rule) instead of the sum of the entries'
+        whole sizes (None: llama-server's rule, exactly).
+        """
         if limit_bytes < 0 or limit_tokens < 0:
             raise InvalidConfig("prompt cache limits must be >= 0 (0: no limit)")
         self.limit_bytes = limit_bytes
         self.limit_tokens = limit_tokens
+        self._held = held
         self._entries: list[Entry[S]] = []
         self.version = 0
         """Bumped by every change of the entries (a cheap change stamp for callers that index them)."""
@@ -269,7 +278,7 @@ class PromptCache(Generic[S]):
             self._replaced += len(plan.drop)
             self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
             log.debug("prompt_cache.replaced", count=len(plan.drop))
-        self._evict_oldest(plan.evict)
+        self._evict_oldest(plan.evict if self._held is None else 0)  # held: once the entry is in, below
         try:
             value = state()
         except MemoryError:
@@ -280,6 +289,8 @@ class PromptCache(Generic[S]):
             self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
             return False
         self._entries.append(Entry(tuple(slot), nbytes, value))
+        if self._held is not None:
+            self._evict_oldest(self._held_evictions(0, keep=1))
         self.version += 1
         self._saves += 1
         log.debug("prompt_cache.save", n_tokens=len(slot), nbytes=nbytes, entries=len(self._entries))
@@ -308,7 +319,10 @@ class PromptCache(Generic[S]):
 
     def update(self) -> list[Entry[S]]:
         """Evict over the limits; return every entry evicted since the last update/drain, oldest first."""
-        self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+        if self._held is None:
+            self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+        else:
+            self._evict_oldest(self._held_evictions(self.limit_tokens))
         return self.drain_evicted()
 
     def drain_evicted(self) -> list[Entry[S]]:
@@ -330,6 +344,13 @@ class PromptCache(Generic[S]):
             misses=self._misses,
             evictions=self._evictions,
             evicted_bytes=self._evicted_bytes,
+        )
+
+    def _held_evictions(self, limit_tokens: int, keep: int = 0) -> int:
+        held, es = self._held, self._entries
+        assert held is not None
+        return plan_held_evictions(
+            [len(e.tokens) for e in es], lambda k: held(es[k:]), self.limit_bytes, limit_tokens, keep=keep
         )
 
     def _sizes(self) -> list[tuple[int, int]]:

@@ -54,6 +54,9 @@ __all__ = [
     "SessionExists",
     "SessionNotFound",
     "StateFormatError",
+    "StateLayoutError",
+    "StateMismatch",
+    "StateNotHeld",
     "StoreConfigError",
     "StoreUnavailable",
     "TimedOut",
@@ -151,6 +154,10 @@ class InvalidHistoryOp(BadInput):
     """Raised when a history operation's index or count does not fit the session's messages."""
 
 
+class StateMismatch(BadInput):
+    """Raised when a state given to the block store does not hold as many cells as the tokens given with it."""
+
+
 class StoreConfigError(BadInput):
     """Raised when a store is given a bad option (a URL it cannot parse, a key prefix that is not a str)."""
 
@@ -208,6 +215,11 @@ class SessionNotFound(NotFound):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {_show(session_id)} not found")
         self.session_id = session_id
+
+
+class StateNotHeld(NotFound):
+    """Raised when the block store is asked for (or to release) a state it does not hold (never stored, or
+    released)."""
 
 
 class SessionExists(Conflict):
@@ -329,6 +341,11 @@ class StateFormatError(DataCorrupt, ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class StateLayoutError(StateFormatError):
+    """Raised when a llama.cpp sequence state is not the layout `caches.kvstate` knows (another llama.cpp
+    version, another memory kind, damaged bytes), so it cannot be cut into blocks; it is kept whole."""
 
 
 # --- llama.cpp -----------------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import msgspec
 import structlog
 
+from caches.blocks import BlockStore
 from caches.disk.tier import DiskTier
+from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
 from caches.tiered import TieredCache
 from caches.tokens import lcp
@@ -27,10 +29,10 @@ from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.detok import IncrementalText
+from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
 from runtime.slot.state import (
     CHECKPOINT_MIN_STEP,
     N_CTX_CHECKPOINTS,
-    Bytes,
     Checkpoint,
     SlotState,
     find_restore,
@@ -58,6 +60,7 @@ class SlotStats(msgspec.Struct, frozen=True):
     slot_tokens: int
     ram_entries: int
     ram_bytes: int
+    ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
 
 
 @dataclass
@@ -72,20 +75,7 @@ class _Counters:
     checkpoint_restores: int = 0
 
 
-class _StateCodec:
-    """`SlotState`s for the tiered cache: `parts()` on disk (no copy, no msgpack), their byte size in RAM."""
-
-    @staticmethod
-    def encode(state: SlotState) -> list[Bytes]:
-        return state.parts()
-
-    @staticmethod
-    def decode(data: Bytes) -> SlotState:
-        return SlotState.decode(data)  # views into `data`: the disk tier's read buffer becomes the state
-
-    @staticmethod
-    def nbytes(state: SlotState) -> int:
-        return state.nbytes
+_StateCodec = StateCodec  # its earlier name (tests decode disk states with it)
 
 
 class Slot:
@@ -105,6 +95,7 @@ class Slot:
         max_checkpoints: int = N_CTX_CHECKPOINTS,
         checkpoint_min_step: int = CHECKPOINT_MIN_STEP,
         cache_rules: CacheRules = "turnstile",
+        shared_blocks: int | None = None,
     ) -> None:
         if cache_rules not in ("turnstile", "llama-server"):
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
@@ -112,11 +103,21 @@ class Slot:
         # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
         # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
         self.cache_rules: CacheRules = cache_rules
-        ram: PromptCache[SlotState] | None = (
-            PromptCache(cache_ram_bytes, engine.n_ctx) if cache_ram_bytes is not None else None
+        # shared_blocks: the RAM cache holds states as blocks of that many cells, each shared prefix once
+        # (the rules see whole sizes, as before); None: whole copies
+        self.blocks = (
+            BlockStore(shared_blocks, namespace=f"{engine.fingerprint};{engine.settings_key}".encode())
+            if shared_blocks is not None
+            else None
+        )
+        self._memory = memory_of(str(engine.kind), engine.n_swa)
+        # turnstile's rules with shared blocks: the limits count what the entries hold together
+        held = held_by_entries if self.blocks is not None and cache_rules == "turnstile" else None
+        ram: PromptCache[AnyState] | None = (
+            PromptCache(cache_ram_bytes, engine.n_ctx, held=held) if cache_ram_bytes is not None else None
         )
         self.cache = TieredCache(
-            ram, disk, _StateCodec(), similarity=similarity, retain_partial=cache_rules == "turnstile"
+            ram, disk, StateCodec(self.blocks), similarity=similarity, retain_partial=cache_rules == "turnstile"
         )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
         self.checkpoint_min_step = checkpoint_min_step
@@ -140,18 +141,25 @@ class Slot:
             slot_tokens=len(self.tokens),
             ram_entries=c.ram_entries,
             ram_bytes=c.ram_bytes,
+            ram_held_bytes=c.ram_bytes if self.blocks is None else self._held_bytes(),
         )
+
+    def _held_bytes(self) -> int:
+        """What RAM's entries hold together (shared blocks once, checkpoints, states kept whole)."""
+        ram = self.cache.ram
+        return held_by_entries(ram.entries) if ram is not None else 0
 
     # --- state ------------------------------------------------------------------------------------
 
-    def _snapshot(self) -> SlotState:
-        return SlotState(self.engine.state_get(), tuple(self.checkpoints))
+    def _snapshot(self) -> AnyState:
+        state = SlotState(self.engine.state_get(), tuple(self.checkpoints))
+        return state if self.blocks is None else share(self.blocks, self.tokens, state, self._memory)
 
     def _state_nbytes(self) -> int:
         return self.engine.state_size() + sum(c.nbytes for c in self.checkpoints)
 
-    def _load(self, tokens: list[int], state: SlotState) -> bool:
-        if not self.engine.state_set(state.state):
+    def _load(self, tokens: list[int], state: AnyState) -> bool:
+        if not self.engine.state_set(state_bytes(self.blocks, state)):
             log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
             self.reset()
             return False

@@ -1,0 +1,273 @@
+"""`python -m benchmarks shared-prefix`: what shared blocks store for agents sharing a long prefix, and
+how fast a state is assembled from them.
+
+Storage (`shared-prefix.json`): SmolLM2 evaluates a `--prefix` (1,500) token system prompt once; then
+`--agents` (16) agents each play `--turns` (6) turns of `--turn-tokens` (64) tokens of their own, round
+robin, the way the slot does it: an agent's first turn reuses the prefix already in the sequence
+(truncate, evaluate its turn), a later turn restores the agent's state from the block store
+(`BlockStore.get` + `Engine.state_set`) and evaluates the new turn; the new state is put in the store and
+the agent's previous one released (a cache holds one state per conversation). Then `--forks` (4) forks of
+agent 0 each add one turn of their own. Every held state is put into one store per `--blocks` size
+(cells per block), all fed the same states. Columns:
+
+- `unique_tokens`: tokens no two held states share (the prefix once, every agent's and fork's own turns);
+  `kv_unique_MB`: their KV (the state's payload bytes per cell x unique tokens): the least any store holds;
+- `stored_MB`: what the store holds (each block once, each state's frame and partial block);
+  `x_unique`: stored / kv_unique (the issue's goal: <= 1.15); `whole_MB`: whole copies of the held states,
+  `x_whole`: stored / whole.
+
+Assembly (`shared-prefix-assembly.json`, unless `--assembly-tokens 0`): a `--assembly-tokens` (6,000)
+token SmolLM2 state (~138 MB) is put into a store per block size; `assemble` is `BlockStore.get` into a
+buffer of the pool (the state's bytes written once, each block's segments copied into place), `put, all
+new` cuts every block, `put, all held` a second state of the same tokens (only hashing and the partial
+block); memcpy into mapped memory is the yardstick (the issue's goal: >= 2 GB/s). `--state-file F` keeps
+the 6,000-token prefill in F (the prefill is the slow part on a busy machine).
+
+    python -m benchmarks shared-prefix [--agents 16] [--turns 6] [--prefix 1500] [--forks 4]
+        [--blocks 16,32,64,128,256] [--assembly-tokens 6000] [--threads 2] [--state-file F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import _workload as w
+from caches import kvstate
+from caches.blocks import BlockStore, StoredState
+from runtime.config import EngineConfig
+from runtime.llama.engine import Engine
+from runtime.llama.models import default_model_path
+
+COLUMNS = ["block_cells", "states", "unique_tokens", "kv_unique_MB", "stored_MB", "x_unique", "whole_MB", "x_whole"]
+SPEED_COLUMNS = ["operation", "block_cells", "MB", "median_ms", "best_ms", "GB_s", "best_GB_s", "x_memcpy"]
+
+
+def _text_tokens(eng: Engine, label: str, n: int) -> list[int]:
+    words = " ".join(
+        f"{label} note {i}: the keeper logged ship {i * 7} at dawn and checked the lamp." for i in range(n)
+    )
+    tokens = eng.tokenize(words, add_special=False)
+    if len(tokens) < n:
+        raise RuntimeError(f"{label}: {len(tokens)} tokens of text, {n} wanted")
+    return tokens[:n]
+
+
+def _decode(eng: Engine, tokens: list[int], pos: int) -> None:
+    for start in range(0, len(tokens), eng.n_batch):
+        eng.decode(tokens[start : start + eng.n_batch], pos + start, logits_last=False)
+
+
+class _Stores:
+    """One block store per block size, fed the same states; `held[key]` the refs of one state."""
+
+    def __init__(self, sizes: list[int], namespace: bytes) -> None:
+        self.stores = [BlockStore(b, namespace=namespace) for b in sizes]
+        self.held: dict[str, list[StoredState]] = {}
+
+    def put(self, key: str, tokens: list[int], state: memoryview, memory: kvstate.Memory) -> None:
+        old = self.held.get(key)
+        self.held[key] = [s.put(tokens, state, memory) for s in self.stores]
+        if old is not None:
+            for s, ref in zip(self.stores, old, strict=True):
+                s.release(ref)
+
+    def restore(self, key: str, eng: Engine) -> None:
+        ref = self.held[key][0]
+        if not eng.state_set(self.stores[0].get(ref)):
+            raise RuntimeError(f"llama.cpp refused the assembled state of {key}")
+
+
+def storage(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dict[str, Any]]:
+    memory = kvstate.memory_of(str(eng.kind), eng.n_swa)
+    stores = _Stores(sizes, (eng.fingerprint + eng.settings_key).encode())
+    prefix = _text_tokens(eng, "system", args.prefix)
+    w.progress(f"prefilling the {len(prefix)}-token prefix")
+    eng.clear()
+    _decode(eng, prefix, 0)
+    history: dict[str, list[int]] = {}
+    unique = len(prefix)
+    t0 = time.perf_counter()
+    for turn in range(args.turns):
+        for a in range(args.agents):
+            key = f"agent{a}"
+            new = _text_tokens(eng, f"{key} turn {turn}", args.turn_tokens)
+            if turn == 0:  # the slot holds the prefix (and another agent's turn): truncate to the prefix
+                eng.seq_rm(len(prefix))
+                history[key] = list(prefix)
+            else:
+                stores.restore(key, eng)
+            _decode(eng, new, len(history[key]))
+            history[key] += new
+            unique += len(new)
+            stores.put(key, history[key], eng.state_get(), memory)
+        w.progress(f"turn {turn + 1}/{args.turns} done ({time.perf_counter() - t0:.0f} s)")
+    for f in range(args.forks):
+        key = f"fork{f}"
+        new = _text_tokens(eng, f"{key} of agent0", args.turn_tokens)
+        stores.restore("agent0", eng)
+        _decode(eng, new, len(history["agent0"]))
+        history[key] = history["agent0"] + new
+        unique += len(new)
+        stores.put(key, history[key], eng.state_get(), memory)
+    for key in ("agent0", f"agent{args.agents - 1}"):  # what the store gives back is what was evaluated
+        stores.restore(key, eng)
+        if eng.pos_max() + 1 != len(history[key]):
+            raise RuntimeError(f"{key}: restored {eng.pos_max() + 1} tokens of {len(history[key])}")
+    cell_bytes = kvstate.parse(eng.state_get(), memory).cell_bytes
+    rows: list[dict[str, Any]] = []
+    for store in stores.stores:
+        st = store.stats()
+        kv_unique = unique * cell_bytes
+        rows.append(
+            {
+                "block_cells": store.block_cells,
+                "states": st.states,
+                "unique_tokens": unique,
+                "kv_unique_MB": round(kv_unique / 1e6, 2),
+                "stored_MB": round(st.stored_bytes / 1e6, 2),
+                "x_unique": round(st.stored_bytes / kv_unique, 3),
+                "whole_MB": round(st.logical_bytes / 1e6, 2),
+                "x_whole": round(st.stored_bytes / st.logical_bytes, 3),
+                "blocks": st.blocks,
+                "blocks_shared": st.blocks_shared,
+                "kv_bytes_per_token": cell_bytes,
+            }
+        )
+    return rows
+
+
+def _time(fn: Callable[[], object], repeat: int) -> list[float]:
+    out: list[float] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _row(name: str, block: int | str, nbytes: int, times: list[float], memcpy_s: float) -> dict[str, Any]:
+    med, best = statistics.median(times), min(times)
+    return {
+        "operation": name,
+        "block_cells": block,
+        "MB": round(nbytes / 1e6, 1),
+        "median_ms": round(1000 * med, 2),
+        "best_ms": round(1000 * best, 2),
+        "GB_s": round(nbytes / med / 1e9, 2),
+        "best_GB_s": round(nbytes / best / 1e9, 2),
+        "x_memcpy": round(med / memcpy_s, 2),
+        "times_ms": [round(1000 * t, 2) for t in times],
+    }
+
+
+def _speed(
+    eng: Engine,
+    store: BlockStore,
+    tokens: list[int],
+    state: memoryview,
+    memory: kvstate.Memory,
+    r: int,
+    m_into: float,
+) -> list[dict[str, Any]]:
+    b, size = store.block_cells, len(state)
+    refs: list[StoredState] = []
+
+    def put_new() -> None:
+        for ref in refs:
+            store.release(ref)
+        refs[:] = [store.put(tokens, state, memory)]
+
+    rows = [_row("put, all new", b, size, _time(put_new, r), m_into)]
+    twin = store.put(tokens, state, memory)
+    held = _time(lambda: store.release(store.put(tokens, state, memory)), r)
+    rows.append(_row("put, all held", b, size, held, m_into))
+    out: list[memoryview] = [store.get(twin)]
+    if bytes(out[0]) != bytes(state):
+        raise RuntimeError(f"block size {b}: the assembled state is not the original")
+
+    def get_one() -> None:
+        out.append(store.get(twin))
+        out.pop(0)  # a cache hands the state to llama.cpp and drops it: the pool reuses its memory
+
+    rows.append(_row("assemble (get)", b, size, _time(get_one, r), m_into))
+    rows.append(_row("restore (state_set of it)", b, size, _time(lambda: eng.state_set(out[-1]), r), m_into))
+    return rows
+
+
+def assembly(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dict[str, Any]]:
+    memory = kvstate.memory_of(str(eng.kind), eng.n_swa)
+    tokens = _text_tokens(eng, "document", args.assembly_tokens)
+    saved = Path(args.state_file) if args.state_file else None
+    if saved is not None and saved.is_file() and eng.state_set(saved.read_bytes()):
+        w.progress(f"state loaded from {saved}")
+    else:
+        w.progress(f"prefilling {len(tokens)} tokens")
+        eng.clear()
+        _decode(eng, tokens, 0)
+        if saved is not None:
+            saved.write_bytes(eng.state_get())
+    if eng.pos_max() + 1 != len(tokens):
+        raise RuntimeError(f"the sequence holds {eng.pos_max() + 1} tokens, not {len(tokens)}")
+    state = eng.state_get()
+    size = len(state)
+    r = args.repeat
+    src = np.frombuffer(state, dtype=np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    into = _time(lambda: np.copyto(dst, src), r)
+    m_into = statistics.median(into)
+    rows = [_row("memcpy (into mapped memory)", "-", size, into, m_into)]
+    for b in sizes:
+        rows += _speed(eng, BlockStore(b), tokens, state, memory, r, m_into)
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    ap = w.parser("shared-prefix", __doc__)
+    ap.add_argument("--agents", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--prefix", type=int, default=1500, help="tokens of the shared system prompt")
+    ap.add_argument("--turn-tokens", type=int, default=64, help="tokens each turn adds (message and reply)")
+    ap.add_argument("--forks", type=int, default=4, help="forks of agent 0, one turn each")
+    ap.add_argument("--blocks", default="16,32,64,128,256", help="block sizes (cells), comma-separated")
+    ap.add_argument("--assembly-tokens", type=int, default=6000, help="tokens of the assembled state (0: skip)")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--n-ctx", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--state-file", default=None, help="keep the assembly prefill here and reuse it")
+    ap.add_argument("--skip-storage", action="store_true", help="only the assembly part")
+    ap.add_argument("--out", default=None, metavar="DIR", help="where to write the JSON")
+    args = ap.parse_args(argv)
+    sizes = [int(x) for x in args.blocks.split(",") if x]
+    longest = args.prefix + args.turns * args.turn_tokens + args.turn_tokens
+    if not sizes or min(sizes) < 1 or args.agents < 1 or args.turns < 1 or longest >= args.n_ctx:
+        ap.error("--blocks must be positive, --agents and --turns at least 1, the longest history under --n-ctx")
+    if args.assembly_tokens >= args.n_ctx or args.repeat < 1:
+        ap.error("--assembly-tokens must be under --n-ctx and --repeat at least 1")
+    model = Path(args.model) if args.model else default_model_path()
+    cfg = EngineConfig(n_ctx=args.n_ctx, n_threads=args.threads)
+    params = {
+        "model": model.name,
+        "agents": args.agents,
+        "turns": args.turns,
+        "prefix": args.prefix,
+        "turn_tokens": args.turn_tokens,
+        "forks": args.forks,
+        "threads": args.threads,
+        "command": "python -m benchmarks shared-prefix " + " ".join(argv),
+    }
+    with Engine(model, cfg) as eng:
+        if not args.skip_storage:
+            w.write("shared-prefix", storage(args, eng, sizes), params=params, out=args.out, columns=COLUMNS)
+        if args.assembly_tokens:
+            rows = assembly(args, eng, sizes)
+            params = {**params, "assembly_tokens": args.assembly_tokens, "repeat": args.repeat}
+            w.write("shared-prefix-assembly", rows, params=params, out=args.out, columns=SPEED_COLUMNS)

@@ -1,0 +1,35 @@
+"""Smoke test: `python -m benchmarks shared-prefix` runs end to end at tiny sizes and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import shared_prefix
+
+
+def _load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
+    assert {"benchmark", "date", "machine", "params", "rows"} <= doc.keys()
+    return doc
+
+
+def test_shared_prefix_writes_storage_and_assembly_rows(tiny_llama: Path, tmp_path: Path) -> None:
+    args = ["--model", str(tiny_llama), "--agents", "3", "--turns", "2", "--prefix", "40", "--turn-tokens", "10"]
+    args += ["--forks", "1", "--blocks", "8,16", "--assembly-tokens", "100", "--repeat", "2", "--n-ctx", "512"]
+    shared_prefix.main([*args, "--threads", "1", "--out", str(tmp_path)])
+    rows = _load(tmp_path / "shared-prefix.json")["rows"]
+    assert [r["block_cells"] for r in rows] == [8, 16]
+    for r in rows:
+        assert r["states"] == 3 + 1
+        assert r["unique_tokens"] == 40 + 3 * 2 * 10 + 10
+        assert r["kv_unique_MB"] <= r["stored_MB"] < r["whole_MB"]
+    assert rows[0]["stored_MB"] <= rows[1]["stored_MB"]  # smaller blocks: less of the prefix copied per state
+    speed = _load(tmp_path / "shared-prefix-assembly.json")["rows"]
+    assert [(r["operation"], r["block_cells"]) for r in speed] == [("memcpy (into mapped memory)", "-")] + [
+        (op, b)
+        for b in (8, 16)
+        for op in ("put, all new", "put, all held", "assemble (get)", "restore (state_set of it)")
+    ]
+    assert all({"median_ms", "GB_s", "x_memcpy"} <= r.keys() for r in speed)
