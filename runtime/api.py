@@ -29,7 +29,7 @@ from runtime.loop.session_ops import SessionOps
 from runtime.loop.stream import Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reply import Reply
-from runtime.types import CacheRules, RequestKind
+from runtime.types import SPECULATIVE, CacheRules, RequestKind, Speculative
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
 
@@ -107,6 +107,7 @@ class Runtime(SessionOps):
         cache_rules: CacheRules = "turnstile",
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
+        speculative: Speculative = None,
         **engine_options: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -121,6 +122,8 @@ class Runtime(SessionOps):
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
         then holds only the disk tier.
+        speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
+        tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
         """
         unknown = set(engine_options) - _ENGINE_FIELDS
         if unknown:
@@ -131,6 +134,8 @@ class Runtime(SessionOps):
             raise InvalidConfig(f"disk_limit_mib must be an int >= 0 (0: no limit), not {disk_limit_mib!r}")
         if cache_rules not in ("turnstile", "llama-server"):
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
+        if speculative not in SPECULATIVE:
+            raise InvalidConfig(f"speculative must be 'ngram' or None, not {speculative!r}")
         make_policy(policy)
         if context not in CONTEXT_POLICIES:
             raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
@@ -162,7 +167,7 @@ class Runtime(SessionOps):
                     disk = await anyio.to_thread.run_sync(cls._open_disk_tier, root / "states", engine, disk_limit_mib)
                 except DiskTierUnavailable as e:  # documented fallback: run without the disk tier
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
-            slot = Slot(engine, cache_ram_bytes=ram, disk=disk, cache_rules=cache_rules)
+            slot = Slot(engine, cache_ram_bytes=ram, disk=disk, cache_rules=cache_rules, speculative=speculative)
         except BaseException:
             engine.close()
             raise
