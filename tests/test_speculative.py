@@ -12,11 +12,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runtime import Runtime
 from runtime.backend.protocol import GrammarSpec, SlotRequest, SlotResult
 from runtime.config import EngineConfig
+from runtime.errors import InvalidConfig
 from runtime.llama.engine import Engine
 from runtime.slot.executor import Slot
 from runtime.slot.ngram import Drafter, NgramIndex
@@ -262,3 +265,46 @@ def test_smollm2_copies_with_ngram_drafts(smollm2_path: Path) -> None:
         assert res.tokens == plain.tokens
         assert res.draft_n_accepted >= len(res.tokens) // 2, (res.draft_n, res.draft_n_accepted)
         assert slot.ngram.tokens == slot.tokens  # the index follows the slot
+
+
+PASSAGES = [
+    "The old lighthouse stood at the edge of the northern cliffs, where the wind came in hard from the sea "
+    "and the grass grew short and grey. For a hundred years its keepers had climbed the spiral stairs.",
+    "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
+    "    return 2 * (width + height)\n",
+]
+
+
+async def _copy_turns(model: Path, sids: list[str], *, speculative: str | None) -> tuple[dict[str, list[str]], Any]:
+    """Each session asks for each passage to be repeated, the sessions' turns interleaved round robin."""
+    texts: dict[str, list[str]] = {sid: [] for sid in sids}
+    async with Runtime.open(model, n_ctx=2048, n_threads=2, cache_ram_mib=256, speculative=speculative) as rt:
+        for sid in sids:
+            await rt.create_session(sid, system=f"You are {sid}, a careful copyist.", temperature=0.0)
+        draft_accepted = 0
+        for passage in PASSAGES:
+            for sid in sids:
+                reply = await rt.chat(sid, f"Repeat exactly:\n\n{passage}", max_tokens=32)
+                texts[sid].append(reply.text)
+                draft_accepted += reply.usage.draft_n_accepted
+        stats = rt.stats().slot
+        assert stats.draft_n_accepted == draft_accepted
+    return texts, stats
+
+
+async def test_interleaved_conversations_with_speculation_equal_each_alone(smollm2_path: Path) -> None:
+    """Speculation on: a conversation interleaved with another (its state swapped out and back, its n-gram
+    index rebuilt from its tokens) gives the text it gives alone."""
+    together, stats = await _copy_turns(smollm2_path, ["ada", "bob"], speculative="ngram")
+    alone, _ = await _copy_turns(smollm2_path, ["bob"], speculative="ngram")
+    assert together["bob"] == alone["bob"]
+    assert stats.draft_n_accepted > stats.generated_tokens // 3
+
+
+async def test_bad_speculative_setting_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(InvalidConfig):
+        async with Runtime.open(tmp_path / "no-model.gguf", data_dir=tmp_path / "d", speculative="eagle"):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+    assert not (tmp_path / "d").exists()
+    with pytest.raises(InvalidConfig):
+        Slot(None, speculative="yes")  # type: ignore[arg-type]
