@@ -79,17 +79,22 @@ def test_drafter_copies_what_followed_and_respects_room() -> None:
     index.extend([*passage, 1, 2, *passage[:10]])  # the passage, then a copy of it under way
     d = Drafter(index, DraftLength(cap=32, limit=32))
     draft = d.draft(passage[10], room=100)
-    # a 4-gram match that reaches 11 tokens back allows 11 - 4 + 1 = 8 tokens
-    assert draft == passage[11:19]
+    # the 4-gram match reaches 11 tokens back: 2^(11 - 4 + 1) allowed, capped at 32
+    assert draft == [*passage[11:], 1, 2, passage[0]]  # what followed, on into what came after it
     assert d.draft(passage[10], room=3) == passage[11:14]
     assert d.draft(passage[10], room=0) == []
     assert d.draft(999, room=10) == []
+    short = NgramIndex(4)
+    short.extend([9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3])
+    assert Drafter(short).draft(4, room=10) == [5, 6]  # a bare 4-gram match drafts two tokens
 
 
 def test_draft_length_grows_on_full_acceptance_and_backs_off_on_misses() -> None:
     dl = DraftLength(cap=32, limit=8)
-    assert dl.allowed(match_len=4, n=4) == 1  # a chance match drafts one token
+    assert dl.allowed(match_len=4, n=4) == 2
+    assert dl.allowed(match_len=5, n=4) == 4
     assert dl.allowed(match_len=64, n=4) == 8
+    assert dl.allowed(match_len=3, n=4) == 0
     dl.update(8, 8)
     assert dl.limit == 16
     dl.update(16, 16)

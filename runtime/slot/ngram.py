@@ -120,14 +120,15 @@ class NgramIndex:
 class DraftLength:
     """How many tokens to draft: grows while drafts are accepted whole, shrinks to what was accepted.
 
-    A match of length L allows at most L - n + 1 tokens (a chance 4-gram match drafts one token; a long
-    copy drafts up to `cap`), capped by `limit`, which doubles after a fully accepted draft and falls to
-    the accepted count + 1 after a partial one; `cooldown` steps without drafting follow a draft that got
-    nothing accepted, doubling with each such miss in a row (reset by any acceptance).
+    A match of length L allows at most 2^(L - n + 1) tokens (a chance n-gram match drafts two; each further
+    matching token doubles that, so a real copy reaches `cap` within a few steps), capped by `limit`, which
+    doubles after a fully accepted draft and falls to the accepted count + 1 after a partial one; `cooldown`
+    steps without drafting follow a draft that got nothing accepted, doubling with each such miss in a row
+    (reset by any acceptance).
     """
 
     cap: int = 32
-    limit: int = 8
+    limit: int = 16
     misses: int = 0
     cooldown: int = 0
 
@@ -135,7 +136,9 @@ class DraftLength:
         if self.cooldown > 0:
             self.cooldown -= 1
             return 0
-        return max(0, min(self.limit, self.cap, match_len - n + 1))
+        if match_len < n:
+            return 0
+        return min(self.limit, self.cap, 1 << min(match_len - n + 1, 16))
 
     def update(self, drafted: int, accepted: int) -> None:
         if drafted == 0:
