@@ -89,9 +89,9 @@ def generate(
             on_token(tok)
 
     def done(finish: FinishReason) -> Decoded:
-        eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
         out.finish = finish
         if drafter is not None:
+            eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
             out.draft_n, out.draft_n_accepted = drafter.drafted, drafter.accepted
         return out
 
