@@ -33,7 +33,7 @@ from runtime.loop.session_ops import SessionOps
 from runtime.loop.stream import Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reply import Reply
-from runtime.types import CacheRules, RequestKind
+from runtime.types import CacheRules, RequestKind, Speculative
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
 
@@ -102,6 +102,7 @@ class Runtime(SessionOps):
         cache_rules: CacheRules = "turnstile",
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
+        speculative: Speculative = None,
         **engine_options: Unpack[EngineOptions],
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -117,6 +118,8 @@ class Runtime(SessionOps):
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
         then holds only the disk tier. Engine options: the other `EngineConfig` fields (llama-server's
         defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
+        speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
+        tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
         """
         config = RuntimeConfig(
             model=None if model is None else Path(model),
@@ -128,6 +131,7 @@ class Runtime(SessionOps):
             policy=policy,
             max_queued=max_queued,
             context=context,
+            speculative=speculative,
         )
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")

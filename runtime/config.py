@@ -17,7 +17,7 @@ from typing import Any, TypedDict, Unpack
 from caches.prompt_cache import default_limit_bytes
 from runtime.errors import InvalidConfig
 from runtime.loop.policy import POLICIES, Policy
-from runtime.types import CacheRules
+from runtime.types import SPECULATIVE, CacheRules, Speculative
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
 
 __all__ = ["KV_TYPES", "EngineConfig", "EngineOptions", "LoopOptions", "RuntimeConfig"]
@@ -117,6 +117,7 @@ class RuntimeConfig:
     policy: str | Policy = "fifo"
     max_queued: int = 1024
     context: ContextPolicy = "error"
+    speculative: Speculative = None  # "ngram": draft-less speculative decoding in the slot
     ram_limit: int | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +140,8 @@ class RuntimeConfig:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
         if self.context not in CONTEXT_POLICIES:
             raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {self.context!r}")
+        if self.speculative not in SPECULATIVE:
+            raise InvalidConfig(f"speculative must be 'ngram' or None, not {self.speculative!r}")
         limit = default_limit_bytes() if ram is None else None if ram == 0 else 0 if ram < 0 else ram << 20
         object.__setattr__(self, "ram_limit", limit)
 

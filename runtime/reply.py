@@ -18,6 +18,8 @@ class Usage(msgspec.Struct, frozen=True):
     prefilled_tokens: int
     generated_tokens: int  # an end-of-generation token included, as llama-server counts
     dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
+    draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
+    draft_n_accepted: int = 0  # of those, accepted (each one a decode step saved)
 
 
 class Timings(msgspec.Struct, frozen=True):

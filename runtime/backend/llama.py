@@ -55,7 +55,13 @@ class LlamaBackend:
                     )
                 except DiskTierUnavailable as e:
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
-            slot = Slot(engine, cache_ram_bytes=config.ram_limit, disk=disk, cache_rules=config.cache_rules)
+            slot = Slot(
+                engine,
+                cache_ram_bytes=config.ram_limit,
+                disk=disk,
+                cache_rules=config.cache_rules,
+                speculative=config.speculative,
+            )
         except BaseException:
             try:
                 if disk is not None:

@@ -58,6 +58,7 @@ class SlotRequest:
     request_id: int = 0
     session_id: str = ""
     grammar: GrammarSpec | None = None  # constrains decoding (structured output, tool calls)
+    speculative: bool | None = None  # n-gram speculation for this request; None: the slot's setting
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ class SlotResult:
     t_decode: float
     t_first_token: float | None  # seconds from start to the first generated token
     dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
+    draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
+    draft_n_accepted: int = 0  # of those, accepted
 
     @property
     def generated_tokens(self) -> int:

@@ -60,6 +60,7 @@ def open_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str,
         "cache_ram_mib": args.cache_ram,
         "disk_limit_mib": args.disk_limit,
         "cache_rules": args.cache_rules,
+        "speculative": "ngram" if getattr(args, "spec", "none") == "ngram" else None,
         "policy": args.policy,
         "max_queued": args.max_queued,
     }

@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--disk-limit", type=int, default=4096, metavar="MIB", help="disk tier limit (default 4096)")
     p.add_argument("--cache-rules", choices=("turnstile", "llama-server"), default="turnstile")
+    p.add_argument(
+        "--spec", choices=("ngram", "none"), default="none", help="n-gram speculative decoding (default none)"
+    )
     p.add_argument("--policy", choices=("fifo", "affinity"), default="fifo", help="scheduling policy (fifo)")
     p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
@@ -82,6 +85,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             cache_ram_mib=args.cache_ram,
             disk_limit_mib=args.disk_limit,
             cache_rules=args.cache_rules,
+            speculative="ngram" if args.spec == "ngram" else None,
             policy=args.policy,
             max_queued=args.max_queued,
             session_store=args.session_store,

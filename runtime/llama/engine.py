@@ -245,9 +245,11 @@ class Engine:
             llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
         self._abort_check = check
 
-    def decode(self, tokens: Sequence[int], pos: int, *, logits_last: bool = True) -> None:
+    def decode(self, tokens: Sequence[int], pos: int, *, logits_last: bool = True, logits_all: bool = False) -> None:
         """Evaluate `tokens` at positions pos.. in one batch of at most n_batch tokens.
 
+        `logits_all`: logits for every token (a speculative draft's verification reads output i for batch
+        position i); else for the last one only when `logits_last`.
         Raises LlamaDecodeError (code 2 when aborted: the ubatches already processed stay in memory).
         """
         n = len(tokens)
@@ -264,7 +266,7 @@ class Engine:
             b.pos[i] = pos + i
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = SEQ
-            b.logits[i] = 0
+            b.logits[i] = logits_all
         if logits_last:
             b.logits[n - 1] = 1
         rc = int(llama_cpp.llama_decode(self.ctx, b))

@@ -111,25 +111,27 @@ class Sampler:
                 tokens = tokens[1:]
         return tokens
 
-    def sample(self) -> int:
-        """Sample from the context's last logits and accept the token (into the grammar too)."""
+    def sample(self, idx: int = -1) -> int:
+        """Sample from the logits of output `idx` (-1: the last evaluated token) and accept the token (into
+        the grammar too). A speculative draft is verified by sampling at each drafted position in turn and
+        comparing: the chain's state and random draws are then exactly those of unspeculated decoding."""
         if self._grammar is None:
-            return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
-        found = self._greedy_allowed() if self._greedy else None
+            return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, idx))
+        found = self._greedy_allowed(idx) if self._greedy else None
         if found is not None:
             tok = found
         else:
-            tok = self._apply(grammar=False)
+            tok = self._apply(idx, grammar=False)
             if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
-                tok = self._apply(grammar=True)
+                tok = self._apply(idx, grammar=True)
         llama_cpp.llama_sampler_accept(self._grammar, tok)
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok
 
-    def _greedy_allowed(self, top: int = 64) -> int | None:
+    def _greedy_allowed(self, idx: int, top: int = 64) -> int | None:
         """Greedy: the highest-logit token the grammar allows among the `top` best; None if there is none."""
         eng = self._engine
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, idx), shape=(eng.n_vocab,))
         best = np.argpartition(logits, -top)[-top:]
         for tok in best[np.argsort(-logits[best], kind="stable")]:
             t = int(tok)
@@ -144,9 +146,9 @@ class Sampler:
         llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(single))
         return not (math.isinf(one.logit) and one.logit < 0)
 
-    def _apply(self, *, grammar: bool) -> int:
+    def _apply(self, idx: int, *, grammar: bool) -> int:
         eng = self._engine
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, idx), shape=(eng.n_vocab,))
         cur = self._cur
         cur["id"] = self._ids
         cur["logit"] = logits

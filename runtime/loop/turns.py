@@ -219,6 +219,8 @@ class TurnRunner:
                 prefilled_tokens=r.prefilled_tokens,
                 generated_tokens=r.generated_tokens,
                 dropped_messages=r.dropped_messages,
+                draft_n=r.draft_n,
+                draft_n_accepted=r.draft_n_accepted,
             ),
             cache_source=r.cache_source,
             timings=Timings(

@@ -28,7 +28,8 @@ from runtime.backend.protocol import SlotRequest, SlotResult
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
-from runtime.slot.detok import IncrementalText
+from runtime.slot.decode import generate
+from runtime.slot.ngram import Drafter, NgramIndex
 from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
 from runtime.slot.state import (
     CHECKPOINT_MIN_STEP,
@@ -39,7 +40,7 @@ from runtime.slot.state import (
     make_room,
 )
 from runtime.slot.stops import StopMatcher
-from runtime.types import CacheRules, CacheSource, FinishReason
+from runtime.types import SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
 
 log = get_logger(__name__)
 
@@ -61,6 +62,8 @@ class SlotStats(msgspec.Struct, frozen=True):
     ram_entries: int
     ram_bytes: int
     ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
+    draft_n: int = 0  # tokens drafted by n-gram speculation
+    draft_n_accepted: int = 0
 
 
 @dataclass
@@ -73,6 +76,8 @@ class _Counters:
     prefilled_tokens: int = 0
     generated_tokens: int = 0
     checkpoint_restores: int = 0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
 
 
 _StateCodec = StateCodec  # its earlier name (tests decode disk states with it)
@@ -96,9 +101,12 @@ class Slot:
         checkpoint_min_step: int = CHECKPOINT_MIN_STEP,
         cache_rules: CacheRules = "turnstile",
         shared_blocks: int | None = None,
+        speculative: Speculative = None,
     ) -> None:
         if cache_rules not in ("turnstile", "llama-server"):
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
+        if speculative not in SPECULATIVE:
+            raise InvalidConfig(f"speculative must be 'ngram' or None, not {speculative!r}")
         self.engine = engine
         # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
         # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
@@ -124,6 +132,9 @@ class Slot:
         self.tokens: list[int] = []
         self.checkpoints: list[Checkpoint] = []
         self._n = _Counters()
+        # n-gram speculation: only where a drafted suffix can be dropped again (a transformer KV cache)
+        self.speculative: Speculative = speculative
+        self.ngram = NgramIndex()  # mirrors `tokens` (synced before each decode), so it follows swaps
 
     def stats(self) -> SlotStats:
         n, c = self._n, self.cache.stats()
@@ -142,6 +153,8 @@ class Slot:
             ram_entries=c.ram_entries,
             ram_bytes=c.ram_bytes,
             ram_held_bytes=c.ram_bytes if self.blocks is None else self._held_bytes(),
+            draft_n=n.draft_n,
+            draft_n_accepted=n.draft_n_accepted,
         )
 
     def _held_bytes(self) -> int:
@@ -320,6 +333,7 @@ class Slot:
         generated: list[int] = []
         stops = StopMatcher(req.sampling.stop)
         t_first: float | None = None
+        draft_n = draft_n_accepted = 0
         t1 = time.perf_counter()
         t_prefill = 0.0
         try:
@@ -330,13 +344,21 @@ class Slot:
                 self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
             log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
             eng.set_abort(None)  # single-token decodes are short: cancel between tokens
-            finish, t_first = self._generate(req, max_tokens, generated, stops, t0)
+            drafter = self._drafter(req)
+            on_token = self.ngram.append if drafter is not None else None
+            done = generate(eng, self.tokens, req, generated, stops, t0, drafter, on_token)
+            finish, t_first = done.finish, done.t_first
+            draft_n, draft_n_accepted = done.draft_n, done.draft_n_accepted
         except _Cancelled:
             finish = "cancelled"
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
         self._n.generated_tokens += len(generated)
+        self._n.draft_n += draft_n
+        self._n.draft_n_accepted += draft_n_accepted
+        if draft_n:
+            log.debug("speculative.done", draft_n=draft_n, draft_n_accepted=draft_n_accepted)
         return SlotResult(
             text=stops.text,
             finish_reason=finish,
@@ -351,45 +373,17 @@ class Slot:
             t_prefill=t_prefill,
             t_decode=t_decode,
             t_first_token=t_first,
+            draft_n=draft_n,
+            draft_n_accepted=draft_n_accepted,
         )
 
-    def _generate(
-        self, req: SlotRequest, max_tokens: int | None, generated: list[int], stops: StopMatcher, t0: float
-    ) -> tuple[FinishReason, float | None]:
-        eng = self.engine
-        detok = IncrementalText()
-        t_first: float | None = None
-        s = req.sampling
-        with eng.sampler(s, req.grammar) as sampler:
-            if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
-                # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
-                window = (
-                    self.tokens if s.repeat_last_n < 0 else self.tokens[-s.repeat_last_n :] if s.repeat_last_n else []
-                )
-                for t in window:
-                    sampler.accept(t)
-            while True:
-                if req.cancel():
-                    return "cancelled", t_first
-                tok = sampler.sample()
-                generated.append(tok)
-                if t_first is None:
-                    t_first = time.perf_counter() - t0
-                eog = eng.is_eog(tok)
-                piece = "" if eog else detok.feed(eng.token_to_piece(tok))
-                out = stops.feed(piece, final=eog)
-                finish: FinishReason | None = None
-                if stops.stopped_by is not None or eog:
-                    finish = "stop"
-                elif len(self.tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
-                    finish = "length"
-                    out += stops.feed(detok.flush(), final=True)
-                if out and req.on_piece is not None:
-                    req.on_piece(out)
-                if finish is not None:
-                    return finish, t_first
-                eng.decode([tok], len(self.tokens))
-                self.tokens.append(tok)
+    def _drafter(self, req: SlotRequest) -> Drafter | None:
+        """The request's drafter over the conversation's n-gram index (synced to `tokens`), or None."""
+        on = self.speculative is not None if req.speculative is None else req.speculative
+        if not on or not self.engine.can_truncate:
+            return None
+        self.ngram.sync(self.tokens)
+        return Drafter(self.ngram)
 
 
 class _Cancelled(Exception):

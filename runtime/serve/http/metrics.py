@@ -90,5 +90,8 @@ def render(state: ServeState) -> str:
     if st.disk is not None:
         entries.append(({"tier": "disk"}, st.disk.entries))
     out.metric("state_entries", "gauge", "cached states by tier", entries)
+    if hasattr(slot, "draft_n"):
+        drafts = [({"kind": "drafted"}, slot.draft_n), ({"kind": "accepted"}, slot.draft_n_accepted)]
+        out.metric("draft_tokens_total", "counter", "tokens drafted by n-gram speculation, and accepted", drafts)
     out.metric("sessions", "gauge", "sessions in the store", [({}, st.sessions)])
     return "\n".join(out.lines) + "\n"

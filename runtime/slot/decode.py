@@ -1,0 +1,146 @@
+"""The slot's decode loop: sample, detokenize, stop; with n-gram speculation, several tokens per step.
+
+One step evaluates the pending token (sampled, not yet in memory) and, when the conversation's n-gram
+index proposes a continuation, the drafted tokens after it, in one batch with logits at every position.
+The draft is verified by sampling at each drafted position in turn: drafted token i is accepted while it
+is what the sampler returns there; the first token that differs is kept as the next pending token and the
+rest of the draft leaves the memory (`seq_rm`). With greedy sampling that is "accept while argmax"; with
+sampling it is exact: the token is drawn from the same distribution p with the same random draw as without
+speculation, and accepting a drafted x when the draw equals x accepts it with probability p(x), the draw
+on a rejection being distributed as p without x, renormalised. Penalties and grammars see exactly the
+accepted tokens (the sampler accepts what it returns); a drafted token the grammar rejects is never
+returned, so it ends the draft.
+
+Invariants, as for one-token decoding: `tokens` equals what the sequence's memory holds after every step
+and at every return (the finishing token, and every rejected draft token, are not in memory); each
+emitted token is preceded by a cancel check, so a cancel stops exactly where one-token decoding stops; a
+draft never goes beyond `max_tokens`, the context or n_batch; each accepted token is streamed as it is
+accepted. Speculation is only for memories that can drop a suffix (a transformer KV cache).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runtime.backend.protocol import SlotRequest
+from runtime.llama.engine import Engine
+from runtime.slot.detok import IncrementalText
+from runtime.slot.ngram import Drafter
+from runtime.slot.stops import StopMatcher
+from runtime.types import FinishReason
+
+__all__ = ["Decoded", "generate"]
+
+
+@dataclass
+class Decoded:
+    """How a decode loop ended and what speculation did in it."""
+
+    finish: FinishReason
+    t_first: float | None
+    draft_n: int = 0  # tokens drafted (llama-server's draft_n)
+    draft_n_accepted: int = 0
+    steps: int = 0  # decode batches run
+
+
+def generate(
+    eng: Engine,
+    tokens: list[int],
+    req: SlotRequest,
+    generated: list[int],
+    stops: StopMatcher,
+    t0: float,
+    drafter: Drafter | None = None,
+    on_token: Callable[[int], None] | None = None,
+) -> Decoded:
+    """Decode after the prompt until EOS, a stop string, `max_tokens`, the context's end or a cancel.
+
+    `tokens` is the slot's token list (equal to memory; the prompt's last token's logits are current) and
+    grows as tokens enter memory; `generated` collects every emitted token; `on_token(t)` is called for each
+    token that enters memory (the n-gram index follows the slot's tokens that way).
+    """
+    max_tokens = req.sampling.max_tokens
+    detok = IncrementalText()
+    out = Decoded("stop", None)
+    s = req.sampling
+
+    def emit(tok: int) -> FinishReason | None:
+        generated.append(tok)
+        if out.t_first is None:
+            out.t_first = time.perf_counter() - t0
+        eog = eng.is_eog(tok)
+        piece = "" if eog else detok.feed(eng.token_to_piece(tok))
+        text = stops.feed(piece, final=eog)
+        finish: FinishReason | None = None
+        if stops.stopped_by is not None or eog:
+            finish = "stop"
+        elif len(tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
+            finish = "length"
+            text += stops.feed(detok.flush(), final=True)
+        if text and req.on_piece is not None:
+            req.on_piece(text)
+        return finish
+
+    def enter(tok: int) -> None:
+        tokens.append(tok)
+        if on_token is not None:
+            on_token(tok)
+
+    def done(finish: FinishReason) -> Decoded:
+        out.finish = finish
+        if drafter is not None:
+            eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
+            out.draft_n, out.draft_n_accepted = drafter.drafted, drafter.accepted
+        return out
+
+    def verify(draft: list[int]) -> tuple[int, int | None, FinishReason | None]:
+        """(accepted, the next pending token if a drafted one was refused, a finish reason)."""
+        for i, d in enumerate(draft):
+            if req.cancel():
+                return i, None, "cancelled"
+            t = sampler.sample(i)  # the logits of batch position i predict drafted token i
+            if t != d:
+                return i, t, None
+            finish = emit(d)
+            if finish is not None:
+                return i + 1, None, finish
+            enter(d)
+        return len(draft), None, None
+
+    with eng.sampler(s, req.grammar) as sampler:
+        if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+            # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
+            window = tokens if s.repeat_last_n < 0 else tokens[-s.repeat_last_n :] if s.repeat_last_n else []
+            for t in window:
+                sampler.accept(t)
+        if req.cancel():
+            return done("cancelled")
+        tok = sampler.sample()
+        while True:
+            finish = emit(tok)
+            if finish is not None:
+                return done(finish)
+            draft: list[int] = []
+            if drafter is not None:
+                room = min(eng.n_ctx - len(tokens) - 2, eng.n_batch - 1)
+                if max_tokens is not None:
+                    room = min(room, max_tokens - len(generated) - 1)
+                draft = drafter.draft(tok, room)
+            eng.decode([tok, *draft], len(tokens), logits_all=bool(draft))
+            out.steps += 1
+            enter(tok)
+            nxt: int | None = None
+            if drafter is not None and draft:
+                accepted, nxt, finish = verify(draft)
+                drafter.accepted_n(len(draft), accepted)
+                if finish is not None:
+                    return done(finish)
+                if accepted < len(draft):
+                    eng.seq_rm(len(tokens), -1)
+            if nxt is None:
+                if req.cancel():
+                    return done("cancelled")
+                nxt = sampler.sample(len(draft) if draft else -1)
+            tok = nxt
