@@ -25,6 +25,7 @@ __all__ = [
     "BadModelOutput",
     "BindError",
     "Busy",
+    "ChatTemplateError",
     "Conflict",
     "ContextOverflow",
     "DataCorrupt",
@@ -161,6 +162,10 @@ class ContextOverflow(BadInput):
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
         self.room = room
+
+
+class ChatTemplateError(BadInput):
+    """Raised when a chat template does not parse or refuses a conversation, or its messages or tools are malformed."""
 
 
 class InvalidTool(BadInput):
