@@ -19,6 +19,7 @@ milliseconds: call it in a worker thread when that matters).
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,12 +43,25 @@ CHATML_TEMPLATE = (
 )
 """llama.cpp's fallback template (CHATML_TEMPLATE_SRC) for a model that has none."""
 
+_TAG = re.compile(r"<[^<>\s]+>|\[/?[A-Z_]+\]")  # markup: <think>, </think>, <|START_THINKING|>, [THINK]
+
+
+def _common(a: str, b: str) -> int:
+    """The length of the common prefix of two strings."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
 
 def default_enable_thinking(source: str) -> bool:
     """llama-server's default `enable_thinking` for a template: on when it finds a reasoning block in it.
 
     llama-server asks its parser generator whether the template has thinking; the same answer, found
-    without it: what follows the user's message (the generation prompt) changes with `enable_thinking`, or
+    without it: what follows the user's message (the generation prompt) changes markup (`<think>`, `[THINK]`)
+    with `enable_thinking`, or
     an assistant message's `reasoning_content` is rendered. A template that reads the switch only
     elsewhere (Apertus, in its system preamble) gets `enable_thinking=false` by default, as from llama-server.
     """
@@ -70,8 +84,12 @@ def _supports_thinking(source: str) -> bool:
             return ""
         return full.rsplit(mark, 1)[-1]
 
-    if gen(True) != gen(False):
-        return True
+    on, off = gen(True), gen(False)
+    if on != off:
+        n = _common(on, off)
+        m = _common(on[n:][::-1], off[n:][::-1])
+        if any(_TAG.search(x[n : len(x) - m]) for x in (on, off)):
+            return True
     marker = "<REASONING_MARKER_7f3a>"
     msgs = [*user, {"role": "assistant", "content": "A", "reasoning_content": marker}]
     try:

@@ -2,7 +2,8 @@
 Jinja engine (common/jinja) behaves, so a template renders here exactly as llama-server renders it.
 
 What differs from plain jinja2, and why (each is llama.cpp's behaviour):
-- `trim_blocks` and `lstrip_blocks` on, the source's trailing newline kept, `loopcontrols` and `do`;
+- `trim_blocks` and `lstrip_blocks` on, one trailing newline of the source dropped, `loopcontrols`, `do` and
+  transformers' `{% generation %}`;
 - an undefined value can be chained (`a.b.c` of an undefined `a` is undefined, not an error);
 - `tojson` writes `", "` / `": "` separators, keeps non-ASCII characters, never HTML-escapes and prints
   floats as C++ streams do (`%g`); `raise_exception(msg)` raises `TemplateRaised`, `strftime_now(fmt)` is
@@ -166,7 +167,6 @@ def make_environment(cls: type[ChatSandbox] = ChatSandbox, **filters: Callable[.
     env = cls(
         trim_blocks=True,
         lstrip_blocks=True,
-        keep_trailing_newline=True,
         undefined=LenientUndefined,
         extensions=[jinja2.ext.loopcontrols, jinja2.ext.do, GenerationTag],
         autoescape=False,
