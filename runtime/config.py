@@ -5,9 +5,11 @@ No llama.cpp here: `Runtime.open` checks a configuration before it loads anythin
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from runtime.errors import InvalidConfig
+from runtime.templates.load import chat_template_source
 
 __all__ = ["KV_TYPES", "EngineConfig"]
 
@@ -30,6 +32,7 @@ class EngineConfig:
     type_v: str = "f16"
     n_gpu_layers: int = 0
     use_mmap: bool = True
+    chat_template: str | os.PathLike[str] | None = None  # Jinja source or a template file (None: the GGUF's)
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -38,6 +41,8 @@ class EngineConfig:
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in KV_TYPES:
                 raise InvalidConfig(f"{name} must be one of {sorted(KV_TYPES)}")
+        if self.chat_template is not None:
+            chat_template_source(self.chat_template)  # Jinja source, or a file that can be read
 
     def settings_key(self) -> str:
         """The context settings a saved state depends on (part of every stored state's header)."""
