@@ -18,11 +18,11 @@ number tool calls across the history (Kimi K2) or flag the first one (the R1 dis
 which they differ is rendered in full from then on (`prompt.incremental_off`). The state resumes at the last
 message whose start is stable: Qwen3-style templates render a trailing assistant message differently (its
 reasoning, an empty think block) from the same message followed by a user's, so their states resume at the
-assistant's reply rather than at the user message after it, and every turn stays a few small renders. A render that breaks a
-stability assumption on the way (an earlier message's text changed) falls back to a full render for that
-call. The cache is a bounded LRU over sessions (`session_id` keys), validated on every call by comparing
-the message prefix: any change of the history invalidates what follows it. A state keeps the messages of
-the prompt it rendered, so its size is bounded by the context.
+assistant's reply rather than at the user message after it, and every turn stays a few small renders.
+A render that breaks a stability assumption on the way (an earlier message's text changed) falls back to
+a full render for that call. The cache is a bounded LRU over sessions (`session_id` keys), validated on
+every call by comparing the message prefix: any change of the history invalidates what follows it. A state
+keeps the messages of the prompt it rendered, so its size is bounded by the context.
 """
 
 from __future__ import annotations
