@@ -108,3 +108,44 @@ def test_every_vendored_template_renders_as_llama_server(tmp_path: Path, capsys:
         print(f"all: {total_equal} equal renders, {total_refused} refused by both, {len(differences)} different")
     assert not differences, "\n".join(differences)
     assert total_equal > total_refused * 10  # the comparison is of renders, not of errors
+
+
+TOKENIZE_BODIES: list[dict[str, Any]] = [
+    {"content": "hello world"},
+    {"content": "<|im_start|>user\nhi there<|im_end|>", "add_special": True},
+    {"content": "<|im_start|>user", "parse_special": False},
+    {"content": "ünïcödé ✓ 日本語 🐍", "with_pieces": True},
+    {"content": ["hello", 4, " world"], "with_pieces": True},
+    {},
+]
+DETOKENIZE_BODIES: list[dict[str, Any]] = [{"tokens": [3, 300, 301, 302, 4]}, {"tokens": [1, 2]}, {"tokens": []}, {}]
+
+
+def _post(url: str, path: str, body: dict[str, Any]) -> Any:
+    req = urllib.request.Request(
+        url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+async def test_the_http_routes_answer_as_llama_server(tmp_path: Path) -> None:
+    """/apply-template (the GGUF's own template, through the engine), /tokenize and /detokenize: the same JSON."""
+    import httpx2 as httpx
+
+    from runtime import Runtime
+    from runtime.serve.http import app as make_app
+
+    model = write_llama(tmp_path / "tiny.gguf", n_ctx=512)
+    extra = ["--no-prefill-assistant"]
+    with LlamaServer(_BINARY, model, n_ctx=512, threads=1, cache_ram_mib=0, extra_args=extra) as server:
+        async with Runtime.open(model, n_ctx=512, n_threads=1) as rt:
+            transport = httpx.ASGITransport(app=make_app(rt))
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                requests = [("/apply-template", body) for _, body in CASES]
+                requests += [("/tokenize", body) for body in TOKENIZE_BODIES]
+                requests += [("/detokenize", body) for body in DETOKENIZE_BODIES]
+                for path, body in requests:
+                    ours = await client.post(path, json=body)
+                    assert ours.status_code == 200, (path, body, ours.text)
+                    assert ours.json() == _post(server.url, path, body), (path, body)
