@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar, Unpack
@@ -336,6 +336,25 @@ class Runtime(SessionOps):
             return await self._turns.run(job, turn)
 
         return self.scheduler.submit(session_id, execute, kind=turn.kind)
+
+    async def apply_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The prompt the model's chat template gives these OpenAI-style messages (and tools: dicts or
+        functions, and template variables), exactly as llama-server's `/apply-template` renders it."""
+        from runtime.tools import as_tools
+
+        specs = [t.openai() for t in as_tools(tools)] if tools else None
+        kw = dict(chat_template_kwargs) if chat_template_kwargs is not None else None
+        render = self.backend.apply_template
+        return await anyio.to_thread.run_sync(
+            lambda: render(messages, tools=specs, add_generation_prompt=add_generation_prompt, chat_template_kwargs=kw)
+        )
 
     # --- numbers -------------------------------------------------------------------------------------
 

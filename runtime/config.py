@@ -9,6 +9,7 @@ its loop settings from it, neither checks anything again.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any, TypedDict, Unpack
 from caches.prompt_cache import default_limit_bytes
 from runtime.errors import InvalidConfig
 from runtime.loop.policy import POLICIES, Policy
+from runtime.templates.load import chat_template_source
 from runtime.types import SPECULATIVE, CacheRules, Speculative
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
 
@@ -41,6 +43,7 @@ class EngineConfig:
     type_v: str = "f16"
     n_gpu_layers: int = 0
     use_mmap: bool = True
+    chat_template: str | os.PathLike[str] | None = None  # Jinja source or a template file (None: the GGUF's)
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -49,6 +52,8 @@ class EngineConfig:
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in KV_TYPES:
                 raise InvalidConfig(f"{name} must be one of {sorted(KV_TYPES)}")
+        if self.chat_template is not None:
+            chat_template_source(self.chat_template)  # Jinja source, or a file that can be read
 
     @classmethod
     def from_options(cls, n_ctx: int, n_threads: int | None, options: Mapping[str, Any]) -> EngineConfig:
@@ -78,6 +83,7 @@ class EngineOptions(TypedDict, total=False):
     type_v: str
     n_gpu_layers: int
     use_mmap: bool
+    chat_template: str | os.PathLike[str] | None  # Jinja source or a .jinja file instead of the GGUF's
 
 
 _ENGINE_OPTIONS = frozenset(EngineOptions.__annotations__)

@@ -25,6 +25,7 @@ __all__ = [
     "BadModelOutput",
     "BindError",
     "Busy",
+    "ChatTemplateError",
     "Conflict",
     "ContextOverflow",
     "DataCorrupt",
@@ -59,6 +60,7 @@ __all__ = [
     "StateNotHeld",
     "StoreConfigError",
     "StoreUnavailable",
+    "TemplateRaised",
     "TimedOut",
     "ToolCallParseError",
     "TurnstileError",
@@ -171,6 +173,14 @@ class ContextOverflow(BadInput):
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
         self.room = room
+
+
+class ChatTemplateError(BadInput):
+    """Raised when a chat template does not parse or refuses a conversation, or its messages or tools are malformed."""
+
+
+class TemplateRaised(ChatTemplateError):
+    """Raised inside a render when the template calls `raise_exception(message)` (it refuses the conversation)."""
 
 
 class InvalidTool(BadInput):

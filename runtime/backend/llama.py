@@ -10,7 +10,7 @@ from caches.disk.tier import DiskTier, DiskTierStats
 from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
 from runtime.config import RuntimeConfig
-from runtime.errors import DiskTierUnavailable
+from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
@@ -94,6 +94,29 @@ class LlamaBackend:
 
     def check_grammar(self, spec: GrammarSpec) -> None:
         check_grammar(self.engine, spec)
+
+    def apply_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        text: str = self.engine.template.render_text(
+            messages, add_generation_prompt=add_generation_prompt, tools=tools, template_kwargs=chat_template_kwargs
+        )
+        return text
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        tokens: list[int] = self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
+        return tokens
+
+    def token_piece(self, token: int) -> bytes:
+        if not 0 <= token < self.engine.n_vocab:
+            raise InvalidRequest(f"token {token} is not in the vocabulary (0 to {self.engine.n_vocab - 1})")
+        piece: bytes = self.engine.token_to_piece(token, special=True)
+        return piece
 
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it

@@ -112,6 +112,25 @@ class SlotBackend(Protocol):
         """How this model's chat template offers tools and writes calls."""
         ...
 
+    def apply_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """The prompt text the chat template gives (llama-server's /apply-template; pure: any thread)."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """The model's tokens for a text (read-only on the vocabulary: any thread)."""
+        ...
+
+    def token_piece(self, token: int) -> bytes:
+        """A token's bytes, special tokens spelled out; InvalidRequest for an id outside the vocabulary."""
+        ...
+
     def generation_prompt(self) -> str:
         """What the chat template appends for the assistant's turn."""
         ...

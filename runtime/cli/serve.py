@@ -44,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
     p.add_argument("--model-name", default=None, metavar="NAME", help="the id /v1/models reports")
+    p.add_argument(
+        "--chat-template-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a Jinja chat template to use instead of the model's (as llama-server's flag)",
+    )
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -63,6 +70,10 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--cache-ram must be >= -1")
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
+    if args.chat_template_file is not None and not args.chat_template_file.is_file():
+        p.error(f"--chat-template-file {args.chat_template_file}: no such file")
+    if args.chat_template_file is not None and args.replicas is not None:
+        p.error("--chat-template-file does not work with --replicas yet")
     cluster.check_arguments(p, args)
 
 
@@ -89,6 +100,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             policy=args.policy,
             max_queued=args.max_queued,
             session_store=args.session_store,
+            **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
         )
 
     return open_runtime

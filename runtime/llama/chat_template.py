@@ -1,7 +1,11 @@
-"""Chat templating: a conversation rendered with the model's own Jinja template and tokenized.
+"""Chat templating for the engine: a conversation rendered with `runtime.templates.apply_template` (exactly
+llama-server's render) and tokenized, and where each message starts in the tokens (the slot's checkpoint
+boundaries).
 
-`ChatTemplate` wraps llama-cpp-python's Jinja2 chat formatter (the GGUF `tokenizer.chat_template`)
-and finds where each message starts in the tokens (the slot's checkpoint boundaries).
+`ChatTemplate` knows the model's templates (`runtime.templates.load`: an override, the GGUF's default and
+`tool_use` templates, or ChatML), its BOS / EOS text and whether its tokenizer adds BOS / EOS itself (then a
+leading BOS / trailing EOS the template writes is removed, as llama-server does), so the prompt a turn runs is
+`apply_template`'s string.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from typing import Any
 
 from caches.tokens import lcp
 from runtime.backend.protocol import RenderedChat
-from runtime.errors import ModelLoadError
+from runtime.templates import apply_template
+from runtime.templates.load import TemplateSources, choose_templates
 from runtime.tools import ToolFormat, detect_format
 
 Tokenize = Callable[[str], list[int]]
@@ -20,25 +25,27 @@ Tokenize = Callable[[str], list[int]]
 class ChatTemplate:
     """The model's chat template: renders message lists to text and to tokens."""
 
-    def __init__(self, template: str | None, *, eos: str, bos: str, tokenize: Tokenize, model: str = "") -> None:
-        self.source = template
+    def __init__(
+        self,
+        template: str | None,
+        *,
+        eos: str,
+        bos: str,
+        tokenize: Tokenize,
+        model: str = "",
+        tool_use: str | None = None,
+        override: str | None = None,
+        add_bos: bool = False,
+        add_eos: bool = False,
+    ) -> None:
+        self.sources: TemplateSources = choose_templates(override, template, tool_use, model=model)
+        self.source = self.sources.default
         self._eos, self._bos = eos, bos
+        self._add_bos, self._add_eos = add_bos, add_eos
         self._tokenize = tokenize
         self._model = model
-        self._formatter: Any = None
         self._generation_prompt: str | None = None
         self._tool_format: ToolFormat | None = None
-
-    def _chat_formatter(self) -> Any:
-        if self._formatter is None:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            if not self.source:
-                raise ModelLoadError(self._model, "the model has no chat template (tokenizer.chat_template)")
-            self._formatter = Jinja2ChatFormatter(
-                template=self.source, eos_token=self._eos, bos_token=self._bos, add_generation_prompt=True
-            )
-        return self._formatter
 
     def render_text(
         self,
@@ -49,12 +56,17 @@ class ChatTemplate:
         template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The template's text for `messages` (and the `tools` variable and other variables, if given)."""
-        fmt = self._chat_formatter()
-        fmt.add_generation_prompt = add_generation_prompt
-        try:
-            return str(fmt(messages=list(messages), tools=tools, **(template_kwargs or {})).prompt)
-        finally:
-            fmt.add_generation_prompt = True
+        return apply_template(
+            self.sources.for_tools(bool(tools)),
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template_kwargs=template_kwargs,
+            bos_token=self._bos,
+            eos_token=self._eos,
+            add_bos=self._add_bos,
+            add_eos=self._add_eos,
+        )
 
     def generation_prompt(self) -> str:
         """What the template appends for the assistant's turn (llama-server's `generation_prompt`)."""
@@ -62,7 +74,12 @@ class ChatTemplate:
             probe = [{"role": "user", "content": "x"}]
             bare = self.render_text(probe, add_generation_prompt=False)
             full = self.render_text(probe, add_generation_prompt=True)
-            self._generation_prompt = full[len(bare) :] if full.startswith(bare) else ""
+            n = 0  # llama-server: what follows the common prefix of the two renders
+            for a, b in zip(bare, full, strict=False):
+                if a != b:
+                    break
+                n += 1
+            self._generation_prompt = full[n:]
         return self._generation_prompt
 
     def tool_format(self) -> ToolFormat:
@@ -73,7 +90,7 @@ class ChatTemplate:
             def render(messages: list[dict[str, Any]], add_generation_prompt: bool) -> str:
                 return self.render_text(messages, add_generation_prompt=add_generation_prompt)
 
-            self._tool_format = detect_format(self.source or "", render, eos)
+            self._tool_format = detect_format(self.sources.for_tools(True), render, eos)
         return self._tool_format
 
     def render(

@@ -27,6 +27,7 @@ from runtime.llama.chat_template import ChatTemplate
 from runtime.llama.host import fingerprint_file, physical_cores
 from runtime.llama.sampler import Sampler
 from runtime.log import get_logger
+from runtime.templates.load import chat_template_source
 from sessions import Sampling
 
 log = get_logger(__name__)
@@ -139,6 +140,10 @@ class Engine:
             bos=self.token_text(bos) if bos != -1 else "",
             tokenize=self.tokenize,
             model=str(self.path),
+            tool_use=self.meta("tokenizer.chat_template.tool_use"),
+            override=chat_template_source(cfg.chat_template) if cfg.chat_template is not None else None,
+            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(self.vocab)),
+            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(self.vocab)),
         )
         self._eog: list[int] | None = None
         log.info(

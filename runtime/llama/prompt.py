@@ -11,12 +11,18 @@ render finds them, by the common prefix of the tokens of the chat up to each mes
 new part.
 
 Each new state is checked against a full render (text, tokens, message starts) at its extensions until one
-whose context left messages out (the first turns of a conversation, so the check is cheap); a template for
-which they differ is rendered in full from then on (`prompt.incremental_off`). A render that breaks a
-stability assumption on the way (an earlier message's text changed) falls back to a full render for that
-call. The cache is a bounded LRU over sessions (`session_id` keys), validated on every call by comparing
-the message prefix: any change of the history invalidates what follows it. A state keeps the messages of
-the prompt it rendered, so its size is bounded by the context.
+whose context left messages out (the first turns of a conversation, so the check is cheap); after that, the
+first extension of each shape (the kinds of message left out of its context and in it: a tool call, a tool
+result, reasoning) is checked once more against a full render's text and tokens, which catches templates that
+number tool calls across the history (Kimi K2) or flag the first one (the R1 distills). A template for
+which they differ is rendered in full from then on (`prompt.incremental_off`). The state resumes at the last
+message whose start is stable: Qwen3-style templates render a trailing assistant message differently (its
+reasoning, an empty think block) from the same message followed by a user's, so their states resume at the
+assistant's reply rather than at the user message after it, and every turn stays a few small renders.
+A render that breaks a stability assumption on the way (an earlier message's text changed) falls back to
+a full render for that call. The cache is a bounded LRU over sessions (`session_id` keys), validated on
+every call by comparing the message prefix: any change of the history invalidates what follows it. A state
+keeps the messages of the prompt it rendered, so its size is bounded by the context.
 """
 
 from __future__ import annotations
@@ -40,6 +46,17 @@ log = get_logger(__name__)
 
 Msg = Mapping[str, Any]
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> tokens
+
+
+def _kind(m: Msg) -> tuple[str, bool, bool]:
+    return str(m["role"]), bool(m.get("tool_calls")), bool(m.get("reasoning_content"))
+
+
+def _shape(msgs: Sequence[Msg], first_end: int, turn: int, end: int) -> tuple[frozenset[Any], frozenset[Any]]:
+    """What an extension that leaves msgs[first_end:turn] out of its context looks like: the kinds of message
+    it leaves out (templates that number tool calls across the history, or flag the first one, see them) and
+    the kinds in its context. The first extension of each shape is checked against a full render."""
+    return frozenset(_kind(m) for m in msgs[first_end:turn]), frozenset(_kind(m) for m in msgs[turn:end])
 
 
 @dataclass
@@ -91,6 +108,7 @@ class PromptRenderer:
         self.max_sessions = max_sessions
         self.incremental = True  # False once the template was found to differ from a full render
         self._states: OrderedDict[str, _State] = OrderedDict()
+        self._shapes: set[tuple[Any, ...]] = set()  # kinds of extension checked against a full render
         self.full_renders = 0  # counters, for tests and benchmarks
         self.extensions = 0
 
@@ -161,6 +179,14 @@ class PromptRenderer:
         )
         return state, rendered
 
+    def _off(self, end: int, full: RenderedChat) -> _Step:
+        """The template differs from a full render: render in full from now on."""
+        self.incremental = False
+        self._states.clear()
+        self._shapes.clear()
+        log.warning("prompt.incremental_off", messages=end, reason="differs from a full render")
+        return _Step(None, full)
+
     # --- incremental renders ---------------------------------------------------------------------------
 
     def _resume(self, state: _State, chat: _Chat, same: int) -> _Step | None:
@@ -205,9 +231,9 @@ class PromptRenderer:
             step = self._extend(state, chat, nxt, gen=gen)
             if step is None or gen:
                 return step
-            if step.state is None:
+            if step.state is None or len(step.state.msgs) <= n:  # no resume point past the last one
                 return None
-            state, n = step.state, nxt
+            state, n = step.state, len(step.state.msgs)
 
     def _extend(self, state: _State, chat: _Chat, end: int, *, gen: bool) -> _Step | None:
         """Render msgs[q+1:end] after the state's last message q (rendering q again); None if unstable."""
@@ -239,26 +265,34 @@ class PromptRenderer:
         tokens = state.tokens[:base_tok]
         rendered = RenderedChat(text=text, tokens=tokens + toks, message_starts=starts, roles=chat.roles[:end])
         nxt: _State | None = None
-        last_char = chars[-1]
-        if last_char >= 0:  # else the last message is no resume point: the next call renders in full
-            tokens.extend(toks[: starts[-1] - base_tok])
+        r = len(chars) - 1  # the state resumes at the last message whose start is a resume point
+        while r > q and chars[r] < 0:
+            r -= 1
+        if chars[r] >= 0:  # (Qwen3-style templates: the user message after a trailing assistant is none)
+            tokens.extend(toks[: starts[r] - base_tok])
             nxt = _State(
-                msgs=msgs[:end],
-                roles=rendered.roles,
-                users=chat.users[: bisect_left(chat.users, end)],
-                starts=starts,
-                char_starts=chars,
-                text=text[:last_char],
+                msgs=msgs[: r + 1],
+                roles=rendered.roles[: r + 1],
+                users=chat.users[: bisect_right(chat.users, r)],
+                starts=starts[: r + 1],
+                char_starts=chars[: r + 1],
+                text=text[: chars[r]],
                 tokens=tokens,
                 verified=state.verified,
             )
+        shape = _shape(msgs, first_end, turn, end) if skips else None
         if not state.verified:
             _, full = self._full(msgs[:end], gen=gen)
             if (full.text, full.tokens, full.message_starts) != (rendered.text, rendered.tokens, starts):
-                self.incremental = False
-                self._states.clear()
-                log.warning("prompt.incremental_off", messages=end, reason="differs from a full render")
-                return _Step(None, full)
+                return self._off(end, full)
             if nxt is not None:
                 nxt.verified = skips
+            if shape is not None:
+                self._shapes.add(shape)
+        elif shape is not None and shape not in self._shapes:  # a kind of extension not checked yet
+            text = self._render(msgs[:end], gen)
+            if text != rendered.text or self._tokenize(text, True) != rendered.tokens:
+                self.full_renders += 1
+                return self._off(end, self._full(msgs[:end], gen=gen)[1])
+            self._shapes.add(shape)
         return _Step(nxt, rendered)

@@ -106,6 +106,25 @@ class ScriptedBackend:
     def generation_prompt(self) -> str:
         return "assistant: "
 
+    def apply_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages)
+        return text + "assistant: " if add_generation_prompt else text
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return [ord(c) for c in text]  # one token a character, as `prepare` counts them
+
+    def token_piece(self, token: int) -> bytes:
+        if not 0 <= token < 0x110000 or 0xD800 <= token < 0xE000:
+            raise InvalidRequest(f"token {token} is not a character")
+        return chr(token).encode()
+
     def check_grammar(self, spec: GrammarSpec) -> None:
         if "root" not in spec.gbnf:
             raise InvalidRequest("the grammar has no root rule")

@@ -4,6 +4,7 @@
     GET  /v1/models             the one model this server runs
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
+    POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
 
 With `api_key`, every path but /health wants `Authorization: Bearer <key>` (compared in constant time).
 A request is stateless unless an `X-Session-Id` header (or the request's `user` field) names a session:
@@ -30,12 +31,14 @@ from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.schema import ModelCard, ModelList
 from runtime.serve.http.state import ServeState
+from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
+from runtime.serve.http.template_routes import routes as template_routes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics"})
+_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS})
 
 
 def app(
@@ -101,6 +104,7 @@ def build(
             ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
             methods=["POST"],
         ),
+        *template_routes(state, max_body_bytes=max_body_bytes),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
