@@ -1,0 +1,101 @@
+"""The reasoning controls of a turn, as llama-server has them, and how they resolve.
+
+- `reasoning`: "auto" (the template's default), "on", "off" (llama-server's `--reasoning`): off sets the
+  template's switch (`enable_thinking=False`) and, when the generation prompt opens the block anyway,
+  closes it at once (a budget of 0: the closer is forced as the first tokens).
+- `reasoning_budget`: tokens inside the block (None: no limit; 0: close at once), then
+  `reasoning_budget_message` + the closer are forced (`runtime.reasoning.budget`).
+- `chat_template_kwargs`: any template variables, passed to rendering.
+- `reasoning_format`: "auto" splits the reasoning from the answer, "none" keeps it in the answer's text.
+
+They are set per Runtime (`Runtime.open`), per session and per request (the session's and the request's
+values are `Sampling` fields, None meaning "inherit"); `resolve` gives the values of one turn. Every value
+is checked by `check` (`InvalidSampling` for a session or request value, `InvalidConfig` for the Runtime's),
+before anything is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from runtime.reasoning.budget import BudgetSpec
+from runtime.reasoning.formats import ReasoningFormat
+
+__all__ = ["REASONING_FIELDS", "REASONING_FORMATS", "REASONING_MODES", "ReasoningOptions", "problem"]
+
+ReasoningMode = Literal["auto", "on", "off"]
+REASONING_MODES = ("auto", "on", "off")
+REASONING_FORMATS = ("auto", "none")
+REASONING_FIELDS = ("reasoning", "reasoning_budget", "reasoning_budget_message", "chat_template_kwargs", "reasoning_format")
+MAX_BUDGET = 1 << 24
+
+
+def problem(name: str, value: Any) -> str | None:
+    """Why `value` is not a valid value of reasoning control `name` (None for inherit is always valid)."""
+    if value is None:
+        return None
+    if name == "reasoning":
+        return None if isinstance(value, str) and value in REASONING_MODES else "must be 'auto', 'on' or 'off'"
+    if name == "reasoning_format":
+        return None if isinstance(value, str) and value in REASONING_FORMATS else "must be 'auto' or 'none'"
+    if name == "reasoning_budget":
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BUDGET
+        return None if ok else f"must be None or an int in [0, {MAX_BUDGET}]"
+    if name == "reasoning_budget_message":
+        return None if isinstance(value, str) else "must be None or a str"
+    if name == "chat_template_kwargs":
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+            return "must be None or a dict whose keys are template variable names"
+        return None
+    return "not a reasoning control"
+
+
+@dataclass(frozen=True)
+class ReasoningOptions:
+    """The reasoning controls of one turn (or the Runtime's defaults)."""
+
+    mode: ReasoningMode = "auto"
+    budget: int | None = None
+    budget_message: str = ""
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    keep: bool = False  # reasoning_format "none": the reasoning stays in the answer's text
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any], base: ReasoningOptions | None = None) -> ReasoningOptions:
+        """`base` with the non-None values of `values` (keyed by `REASONING_FIELDS`) applied; template
+        variables are merged (the later ones win). `ValueError` with the reason for a bad value."""
+        base = base if base is not None else cls()
+        for name in REASONING_FIELDS:
+            bad = problem(name, values.get(name))
+            if bad is not None:
+                raise ValueError(f"{name}: {bad}")
+        kwargs = dict(base.template_kwargs)
+        kwargs.update(values.get("chat_template_kwargs") or {})
+        fmt = values.get("reasoning_format")
+        return cls(
+            mode=values.get("reasoning") or base.mode,
+            budget=values["reasoning_budget"] if values.get("reasoning_budget") is not None else base.budget,
+            budget_message=values.get("reasoning_budget_message") or base.budget_message,
+            template_kwargs=kwargs,
+            keep=base.keep if fmt is None else fmt == "none",
+        )
+
+    def template_variables(self, fmt: ReasoningFormat | None) -> dict[str, Any]:
+        """The variables to render with: the given ones, and the format's switch for "on" / "off"."""
+        out = dict(self.template_kwargs)
+        switch = fmt.switch if fmt is not None else "enable_thinking"
+        if self.mode != "auto" and switch is not None:
+            out.setdefault(switch, self.mode == "on")
+        return out
+
+    def budget_for(self, fmt: ReasoningFormat | None, inside: bool) -> BudgetSpec | None:
+        """The budget the slot enforces: "off" on an opened block closes it at once; else the budget."""
+        if fmt is None:
+            return None
+        if self.mode == "off":
+            return BudgetSpec(fmt.start, fmt.end, 0, "", inside=True) if inside else None
+        if self.budget is None:
+            return None
+        return BudgetSpec(fmt.start, fmt.end, self.budget, self.budget_message, inside=inside)
