@@ -28,6 +28,7 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.stream import Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
+from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
 from runtime.types import CacheRules, RequestKind
 from sessions import DiskStore, MemoryStore
@@ -61,6 +62,25 @@ def _ram_limit(cache_ram_mib: int | None) -> int | None:
     return None if cache_ram_mib == 0 else 0 if cache_ram_mib < 0 else cache_ram_mib << 20
 
 
+def reasoning_options(
+    reasoning: object = "auto",
+    reasoning_budget: object = None,
+    reasoning_budget_message: object = None,
+    chat_template_kwargs: object = None,
+) -> ReasoningOptions:
+    """The Runtime's default reasoning controls, checked (`InvalidConfig`)."""
+    values = {
+        "reasoning": reasoning,
+        "reasoning_budget": reasoning_budget,
+        "reasoning_budget_message": reasoning_budget_message,
+        "chat_template_kwargs": chat_template_kwargs,
+    }
+    try:
+        return ReasoningOptions.from_values(values)
+    except ValueError as e:
+        raise InvalidConfig(str(e)) from None
+
+
 def _redis_store(url: str) -> SessionStore:
     from sessions.redis import RedisStore  # the `cluster` extra, imported only when asked for
 
@@ -78,6 +98,7 @@ class Runtime(SessionOps):
         policy: str | Policy = "fifo",
         max_queued: int = 1024,
         context: ContextPolicy = "error",
+        reasoning: ReasoningOptions | None = None,
     ) -> None:
         if context not in CONTEXT_POLICIES:
             raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {context!r}")
@@ -85,7 +106,7 @@ class Runtime(SessionOps):
         self.store = store
         self.scheduler = Scheduler(policy=policy, max_queued=max_queued, affinity=self._affinity)
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
-        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, context)
+        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, context, reasoning)
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
 
@@ -107,6 +128,10 @@ class Runtime(SessionOps):
         cache_rules: CacheRules = "turnstile",
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
+        reasoning: str = "auto",
+        reasoning_budget: int | None = None,
+        reasoning_budget_message: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **engine_options: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -121,7 +146,11 @@ class Runtime(SessionOps):
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
         then holds only the disk tier.
+        reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message and
+        chat_template_kwargs: the defaults of every turn (a session's or a request's own values win;
+        `runtime.reasoning.options`).
         """
+        controls = reasoning_options(reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs)
         unknown = set(engine_options) - _ENGINE_FIELDS
         if unknown:
             raise InvalidConfig(f"unknown engine options {sorted(unknown)}; known: {sorted(_ENGINE_FIELDS)}")
@@ -175,7 +204,9 @@ class Runtime(SessionOps):
             policy=policy,
         )
         backend = LlamaBackend(engine, slot, disk)
-        async with cls.serve(backend, store, policy=policy, max_queued=max_queued, context=context) as rt:
+        async with cls.serve(
+            backend, store, policy=policy, max_queued=max_queued, context=context, reasoning=controls
+        ) as rt:
             yield rt
 
     @staticmethod
@@ -194,10 +225,12 @@ class Runtime(SessionOps):
         policy: str | Policy = "fifo",
         max_queued: int = 1024,
         context: ContextPolicy = "error",
+        reasoning: ReasoningOptions | None = None,
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
-        for tests without a model); closes both on exit."""
-        rt = cls(backend, store, policy=policy, max_queued=max_queued, context=context)
+        for tests without a model); closes both on exit. `reasoning`: the default controls
+        (`reasoning_options(...)`)."""
+        rt = cls(backend, store, policy=policy, max_queued=max_queued, context=context, reasoning=reasoning)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:

@@ -100,6 +100,12 @@ def test_sampling_defaults_are_llama_servers() -> None:
         "max_tokens": None,
         "stop": (),
         "ignore_eos": False,
+        # a thinking model's controls: None inherits the runtime's
+        "reasoning": None,
+        "reasoning_budget": None,
+        "reasoning_budget_message": None,
+        "chat_template_kwargs": None,
+        "reasoning_format": None,
     }
 
 

@@ -11,6 +11,7 @@ from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
 from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
+from runtime.reasoning import ReasoningFormat, detect
 from runtime.tools import ToolFormat
 
 __all__ = ["LlamaBackend"]
@@ -51,6 +52,9 @@ class LlamaBackend:
 
     def check_grammar(self, spec: GrammarSpec) -> None:
         check_grammar(self.engine, spec)
+
+    def reasoning_format(self) -> ReasoningFormat | None:
+        return detect(self.engine.template.source)
 
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it

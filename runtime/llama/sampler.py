@@ -126,6 +126,14 @@ class Sampler:
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok
 
+    def force(self, token: int) -> int:
+        """Take `token` as the sampled one (a reasoning budget forcing its closer): the chain accepts it, and the
+        grammar too if it allows it (llama-server's budget sets every other logit to -inf before sampling)."""
+        if self._grammar is not None and self._allows(token):
+            llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain, token)
+        return token
+
     def _greedy_allowed(self, top: int = 64) -> int | None:
         """Greedy: the highest-logit token the grammar allows among the `top` best; None if there is none."""
         eng = self._engine

@@ -33,6 +33,7 @@ class Finished:
     finish_reason: FinishReason
     parsed: Any = None
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

@@ -22,34 +22,19 @@ from typing import Any, Literal
 
 from runtime.reasoning.budget import BudgetSpec
 from runtime.reasoning.formats import ReasoningFormat
+from sessions.model import REASONING_CONTROLS, reasoning_problem
 
 __all__ = ["REASONING_FIELDS", "REASONING_FORMATS", "REASONING_MODES", "ReasoningOptions", "problem"]
 
 ReasoningMode = Literal["auto", "on", "off"]
 REASONING_MODES = ("auto", "on", "off")
 REASONING_FORMATS = ("auto", "none")
-REASONING_FIELDS = ("reasoning", "reasoning_budget", "reasoning_budget_message", "chat_template_kwargs", "reasoning_format")
-MAX_BUDGET = 1 << 24
+REASONING_FIELDS = REASONING_CONTROLS
 
 
 def problem(name: str, value: Any) -> str | None:
-    """Why `value` is not a valid value of reasoning control `name` (None for inherit is always valid)."""
-    if value is None:
-        return None
-    if name == "reasoning":
-        return None if isinstance(value, str) and value in REASONING_MODES else "must be 'auto', 'on' or 'off'"
-    if name == "reasoning_format":
-        return None if isinstance(value, str) and value in REASONING_FORMATS else "must be 'auto' or 'none'"
-    if name == "reasoning_budget":
-        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_BUDGET
-        return None if ok else f"must be None or an int in [0, {MAX_BUDGET}]"
-    if name == "reasoning_budget_message":
-        return None if isinstance(value, str) else "must be None or a str"
-    if name == "chat_template_kwargs":
-        if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
-            return "must be None or a dict whose keys are template variable names"
-        return None
-    return "not a reasoning control"
+    """Why `value` is not a valid value of reasoning control `name` (None, "inherit", always is)."""
+    return reasoning_problem(name, value)
 
 
 @dataclass(frozen=True)
@@ -74,8 +59,9 @@ class ReasoningOptions:
         kwargs = dict(base.template_kwargs)
         kwargs.update(values.get("chat_template_kwargs") or {})
         fmt = values.get("reasoning_format")
+        mode: ReasoningMode = values.get("reasoning") or base.mode
         return cls(
-            mode=values.get("reasoning") or base.mode,
+            mode=mode,
             budget=values["reasoning_budget"] if values.get("reasoning_budget") is not None else base.budget,
             budget_message=values.get("reasoning_budget_message") or base.budget_message,
             template_kwargs=kwargs,

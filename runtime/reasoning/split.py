@@ -137,7 +137,9 @@ class Splitter:
             out.append(Reasoning(text))
 
 
-def split(fmt: ReasoningFormat | None, text: str, *, inside: bool = False, keep: bool = False, prefix: str = "") -> Split:
+def split(
+    fmt: ReasoningFormat | None, text: str, *, inside: bool = False, keep: bool = False, prefix: str = ""
+) -> Split:
     """The reasoning and the answer of a whole output (the same machine as streaming, run once)."""
     s = Splitter(fmt, inside=inside, keep=keep, prefix=prefix)
     pieces = s.feed(text) + s.flush()

@@ -26,6 +26,7 @@ from runtime.backend.protocol import SlotRequest, SlotResult
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
+from runtime.reasoning import Budget, utf8_complete
 from runtime.slot.detok import IncrementalText
 from runtime.slot.state import (
     CHECKPOINT_MIN_STEP,
@@ -360,15 +361,21 @@ class Slot:
                 )
                 for t in window:
                     sampler.accept(t)
+            budget = self._budget(req)
+            preserved = self._preserved(req)
             while True:
                 if req.cancel():
                     return "cancelled", t_first
-                tok = sampler.sample()
+                forced = budget.forced() if budget is not None else None
+                tok = sampler.sample() if forced is None else sampler.force(forced)
                 generated.append(tok)
                 if t_first is None:
                     t_first = time.perf_counter() - t0
                 eog = eng.is_eog(tok)
-                piece = "" if eog else detok.feed(eng.token_to_piece(tok))
+                raw = eng.token_to_piece(tok, special=tok in preserved)
+                if budget is not None:
+                    budget.accept(tok, utf8_complete(raw))
+                piece = "" if eog else detok.feed(raw)
                 out = stops.feed(piece, final=eog)
                 finish: FinishReason | None = None
                 if stops.stopped_by is not None or eog:
@@ -382,6 +389,27 @@ class Slot:
                     return finish, t_first
                 eng.decode([tok], len(self.tokens))
                 self.tokens.append(tok)
+
+    def _budget(self, req: SlotRequest) -> Budget | None:
+        """The request's reasoning budget on this vocabulary's tokens (llama-server's reasoning-budget sampler)."""
+        spec = req.budget
+        if spec is None:
+            return None
+
+        def tok(text: str) -> list[int]:
+            return self.engine.tokenize(text, add_special=False, parse_special=True)
+
+        return Budget(tok(spec.start), tok(spec.end), tok(spec.forced), spec.tokens, inside=spec.inside)
+
+    def _preserved(self, req: SlotRequest) -> frozenset[int]:
+        """The special tokens to detokenize as text: the request's tags that are one token each (as llama-server
+        renders its `preserved_tokens`)."""
+        out: set[int] = set()
+        for text in req.preserved:
+            toks = self.engine.tokenize(text, add_special=False, parse_special=True)
+            if len(toks) == 1:
+                out.add(toks[0])
+        return frozenset(out)
 
 
 class _Cancelled(Exception):

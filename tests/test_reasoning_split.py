@@ -1,0 +1,182 @@
+# ruff: noqa: E501  (raw outputs from test-chat.cpp stay on one line each)
+"""The reasoning split per family (raw outputs and expected parses from llama.cpp's tests/test-chat.cpp), streamed
+at every cut adding up to the whole, malformed output as plain text; the budget's state machine on plain ints."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.reasoning import (
+    Budget,
+    BudgetState,
+    Reasoning,
+    Split,
+    Splitter,
+    by_name,
+    detect,
+    join,
+    split,
+    utf8_complete,
+)
+from runtime.reasoning.formats import FORMATS
+
+THOUGHTS = Split("I'm\nthinking", "Hello, world!\nWhat's up?")
+
+CASES = [  # (format, generated text, output starts inside the block, expected parse)
+    ("think", "<think>I'm\nthinking</think>Hello, world!\nWhat's up?", False, THOUGHTS),  # Qwen3, R1, SmolLM3, Kimi K2
+    ("think", "I'm\nthinking\n</think>\nHello, world!\nWhat's up?", True, THOUGHTS),  # Nemotron 3, QwQ (opened)
+    (
+        "think",
+        "Let me think about this...\n</think>\nThe answer is 42.",
+        True,
+        Split("Let me think about this...", "The answer is 42."),
+    ),
+    ("think", "</think>Hello, world!", True, Split("", "Hello, world!")),  # QwQ, nothing thought
+    ("think", "Hello, world!\nWhat's up?", False, Split("", "Hello, world!\nWhat's up?")),
+    (
+        "seed-oss",
+        "<seed:think>I'm thinking about the answer</seed:think>\nHello, world!",
+        False,
+        Split("I'm thinking about the answer", "Hello, world!"),
+    ),
+    ("magistral", "[THINK]I'm\nthinking[/THINK]Hello, world!\nWhat's up?", False, THOUGHTS),
+    (
+        "command-r7b",
+        "<|START_THINKING|>I'm\nthinking<|END_THINKING|><|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
+        False,
+        THOUGHTS,
+    ),
+    (
+        "command-r7b",
+        "<|START_RESPONSE|>Hello, world!\nWhat's up?<|END_RESPONSE|>",
+        False,
+        Split("", "Hello, world!\nWhat's up?"),
+    ),
+    (
+        "harmony",
+        "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final<|message|>Hello, world!\nWhat's up?",
+        False,
+        THOUGHTS,
+    ),
+    ("harmony", "<|channel|>final<|message|>Hello, world!\nWhat's up?", False, Split("", "Hello, world!\nWhat's up?")),
+    (
+        "harmony",
+        "<|channel|>commentary<|message|>Hello, world!\nWhat's up?",
+        False,
+        Split("", "Hello, world!\nWhat's up?"),
+    ),
+    ("harmony", "<|channel|>analysis<|message|>I'm\nthinking", False, Split("I'm\nthinking", "")),  # partial
+    ("granite", "<think>I'm\nthinking</think>Hello, world!\nWhat's up?", False, THOUGHTS),
+    ("granite", "<think>I'm\nthinking</think><response>Hello, world!\nWhat's up?</response>", False, THOUGHTS),
+    ("gemma4", "<|channel>thought\nI'm\nthinking<channel|>Hello, world!\nWhat's up?", False, THOUGHTS),
+    # malformed: plain text, tags and all, never a crash
+    ("think", "Hello </think> world", False, Split("", "Hello </think> world")),
+    ("think", "<thi", False, Split("", "<thi")),
+    ("think", "", False, Split("", "")),
+    ("think", "<think>never closed", False, Split("never closed", "")),
+    ("think", "   \n ", True, Split("", "")),
+    ("magistral", "[/THINK][THINK]", False, Split("", "[/THINK][THINK]")),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "inside", "expected"), CASES)
+def test_the_split_streamed_at_every_cut_adds_up_to_the_whole(
+    name: str, text: str, inside: bool, expected: Split
+) -> None:
+    fmt = by_name(name)
+    assert split(fmt, text, inside=inside) == expected
+    for cut in range(len(text) + 1):
+        s = Splitter(fmt, inside=inside)
+        pieces = s.feed(text[:cut]) + s.feed(text[cut:]) + s.flush()
+        assert join(pieces) == expected, cut
+    s = Splitter(fmt, inside=inside)
+    pieces = [p for ch in text for p in s.feed(ch)] + s.flush()
+    assert join(pieces) == expected
+    tags = (fmt.start, fmt.end, *fmt.content_prefixes, *fmt.content_suffixes)
+    if expected.reasoning or text.startswith(fmt.content_prefixes or (fmt.start,)):  # a parsed reply: no tag leaks
+        assert not any(t in p for p in pieces for t in tags)
+
+
+def test_reasoning_pieces_are_a_str_subclass_and_answer_pieces_plain_str() -> None:
+    s = Splitter(by_name("think"))
+    pieces = s.feed("<think>ab") + s.feed("c</thi") + s.feed("nk>\n\nxy") + s.flush()
+    assert pieces == ["ab", "c", "xy"]
+    assert [type(p) for p in pieces] == [Reasoning, Reasoning, str]
+
+
+def test_a_partial_closer_is_held_back_until_the_next_piece_decides() -> None:
+    s = Splitter(by_name("think"), inside=True)
+    assert s.feed("abc</th") == ["abc"]
+    assert s.feed("x") == ["</thx"]  # not a closer after all: reasoning text
+    assert s.feed(" </think>") == []
+    assert s.flush() == []
+
+
+def test_reasoning_format_none_keeps_everything_in_the_answer_with_the_opened_prefix() -> None:
+    out = split(by_name("think"), "I'm\nthinking\n</think>\nHello", inside=True, keep=True, prefix="<think>\n")
+    assert out == Split("", "<think>\nI'm\nthinking\n</think>\nHello")
+    assert split(None, "<think>x</think>y") == Split("", "<think>x</think>y")
+
+
+def test_detect_names_the_family_of_a_template() -> None:
+    assert detect(None) is None and detect("{{ messages }}") is None
+    assert detect("{{ '<think>\\n' }}").name == "think"  # type: ignore[union-attr]
+    assert detect("<|channel|>analysis<|message|>").name == "harmony"  # type: ignore[union-attr]
+    assert detect("<|START_THINKING|> <think>").name == "command-r7b"  # type: ignore[union-attr]
+    assert detect("[THINK]").name == "magistral"  # type: ignore[union-attr]
+    assert detect("<seed:think>").name == "seed-oss"  # type: ignore[union-attr]
+    assert detect("<think> <response>").name == "granite"  # type: ignore[union-attr]
+    assert len({f.name for f in FORMATS}) == len(FORMATS)
+
+
+def test_opens_block_reads_the_end_of_the_generation_prompt() -> None:
+    fmt = by_name("think")
+    assert fmt.opens_block("<|im_start|>assistant\n<think>\n")
+    assert not fmt.opens_block("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not fmt.opens_block("<|im_start|>assistant\n")
+
+
+START, END, MSG = [1], [2, 3], [9]
+
+
+def run_budget(b: Budget, sampled: list[int]) -> list[int]:
+    """Tokens generated when the model would sample `sampled` in order (forced tokens replace samples)."""
+    out: list[int] = []
+    it = iter(sampled)
+    while len(out) < len(sampled):
+        forced = b.forced()
+        tok = forced if forced is not None else next(it)
+        b.accept(tok)
+        out.append(tok)
+    return out
+
+
+def test_the_budget_forces_message_and_closer_after_n_tokens_inside_the_block() -> None:
+    b = Budget(START, END, MSG + END, 3)
+    assert run_budget(b, [5, 1, 7, 7, 7, 7, 7, 8, 8]) == [5, 1, 7, 7, 7, 9, 2, 3, 7]
+    assert b.state is BudgetState.DONE
+
+
+def test_a_natural_closer_ends_counting_and_a_new_opener_rearms() -> None:
+    b = Budget(START, END, END, 3)  # the closer's first token counts, as in llama-server
+    assert run_budget(b, [1, 7, 2, 3, 6, 6, 6]) == [1, 7, 2, 3, 6, 6, 6]
+    assert b.state is BudgetState.DONE
+    assert run_budget(b, [1, 7, 7, 7, 5]) == [1, 7, 7, 7, 2]
+
+
+def test_budget_zero_inside_an_opened_block_closes_it_at_once() -> None:
+    b = Budget(START, END, END, 0, inside=True)
+    assert run_budget(b, [7, 7, 7]) == [2, 3, 7]
+
+
+def test_the_budget_waits_for_a_character_to_complete() -> None:
+    b = Budget(START, END, END, 1, inside=True)
+    b.accept(50, complete=False)
+    assert b.state is BudgetState.WAITING_UTF8 and b.forced() is None
+    b.accept(51, complete=True)
+    assert b.forced() == 2
+
+
+def test_utf8_complete() -> None:
+    assert utf8_complete(b"abc") and utf8_complete("é".encode()) and utf8_complete("€".encode())
+    assert not utf8_complete("€".encode()[:2]) and not utf8_complete(b"a\xf0\x9f")
