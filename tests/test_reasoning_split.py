@@ -136,7 +136,13 @@ def test_opens_block_reads_the_end_of_the_generation_prompt() -> None:
     assert not fmt.opens_block("<|im_start|>assistant\n")
 
 
+# tokens are ints whose text is TEXT[token]: 1 the opener, 2 3 the closer in two tokens, 9 a message
 START, END, MSG = [1], [2, 3], [9]
+TEXT = {1: "<t>", 2: "</", 3: "t>", 5: "q", 6: "r", 7: "s", 8: "u", 9: "m", 50: "\xe2", 51: "\x82"}
+
+
+def budget(forced: list[int], n: int, inside: bool = False) -> Budget:
+    return Budget("<t>", "</t>", forced, n, inside=inside)
 
 
 def run_budget(b: Budget, sampled: list[int]) -> list[int]:
@@ -146,34 +152,41 @@ def run_budget(b: Budget, sampled: list[int]) -> list[int]:
     while len(out) < len(sampled):
         forced = b.forced()
         tok = forced if forced is not None else next(it)
-        b.accept(tok)
+        b.accept(TEXT[tok])
         out.append(tok)
     return out
 
 
 def test_the_budget_forces_message_and_closer_after_n_tokens_inside_the_block() -> None:
-    b = Budget(START, END, MSG + END, 3)
+    b = budget(MSG + END, 3)
     assert run_budget(b, [5, 1, 7, 7, 7, 7, 7, 8, 8]) == [5, 1, 7, 7, 7, 9, 2, 3, 7]
     assert b.state is BudgetState.DONE
 
 
+def test_a_closer_spelled_in_several_tokens_is_seen_in_their_text() -> None:
+    b = budget(END, 5, inside=True)
+    for piece in ["ab", "</", "t", ">"]:
+        b.accept(piece)
+    assert b.state is BudgetState.DONE and b.remaining == 2  # the closer's first tokens counted
+
+
 def test_a_natural_closer_ends_counting_and_a_new_opener_rearms() -> None:
-    b = Budget(START, END, END, 3)  # the closer's first token counts, as in llama-server
+    b = budget(END, 3)  # the closer's first token counts, as in llama-server
     assert run_budget(b, [1, 7, 2, 3, 6, 6, 6]) == [1, 7, 2, 3, 6, 6, 6]
     assert b.state is BudgetState.DONE
     assert run_budget(b, [1, 7, 7, 7, 5]) == [1, 7, 7, 7, 2]
 
 
 def test_budget_zero_inside_an_opened_block_closes_it_at_once() -> None:
-    b = Budget(START, END, END, 0, inside=True)
+    b = budget(END, 0, inside=True)
     assert run_budget(b, [7, 7, 7]) == [2, 3, 7]
 
 
 def test_the_budget_waits_for_a_character_to_complete() -> None:
-    b = Budget(START, END, END, 1, inside=True)
-    b.accept(50, complete=False)
+    b = budget(END, 1, inside=True)
+    b.accept("", complete=False)
     assert b.state is BudgetState.WAITING_UTF8 and b.forced() is None
-    b.accept(51, complete=True)
+    b.accept("€", complete=True)
     assert b.forced() == 2
 
 

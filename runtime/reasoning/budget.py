@@ -44,34 +44,33 @@ class BudgetState(enum.Enum):
 
 
 class _Matcher:
-    """Whether the tokens seen so far end with one of `seqs` (reset after a match, as llama-server's)."""
+    """Whether the text generated so far ends with `seq` (reset after a match). llama-server matches token
+    sequences; matching the pieces' text also catches a tag spelled in several tokens (a grammar may spell it so)."""
 
-    def __init__(self, seqs: Sequence[Sequence[int]]) -> None:
-        self.seqs = [tuple(s) for s in seqs if s]
-        self._longest = max((len(s) for s in self.seqs), default=0)
-        self._recent: list[int] = []
+    def __init__(self, seq: str) -> None:
+        self.seq = seq
+        self._recent = ""
 
-    def advance(self, token: int) -> bool:
-        if not self.seqs:
+    def advance(self, piece: str) -> bool:
+        if not self.seq:
             return False
-        self._recent = [*self._recent[-(self._longest - 1) :], token] if self._longest > 1 else [token]
-        if any(tuple(self._recent[-len(s) :]) == s for s in self.seqs):
-            self._recent = []
+        self._recent = (self._recent + piece)[-len(self.seq) :]
+        if self._recent == self.seq:
+            self._recent = ""
             return True
         return False
 
     def reset(self) -> None:
-        self._recent = []
+        self._recent = ""
 
 
 class Budget:
-    """The budget's state machine over generated tokens: ask `forced()` before sampling, `accept` after."""
+    """The budget's state machine over generated tokens: ask `forced()` before sampling, `accept` after (each
+    token's text; `forced` are the tokens of message + closer)."""
 
-    def __init__(
-        self, start: Sequence[int], end: Sequence[int], forced: Sequence[int], budget: int, *, inside: bool = False
-    ) -> None:
-        self._start = _Matcher([start])
-        self._end = _Matcher([end])
+    def __init__(self, start: str, end: str, forced: Sequence[int], budget: int, *, inside: bool = False) -> None:
+        self._start = _Matcher(start)
+        self._end = _Matcher(end)
         self._forced = list(forced)
         self.budget = budget
         self.remaining = budget
@@ -86,14 +85,14 @@ class Budget:
             return self._forced[self._pos]
         return None
 
-    def accept(self, token: int, complete: bool = True) -> None:
-        """A generated token; `complete`: its bytes end on a character boundary (UTF-8)."""
+    def accept(self, piece: str, complete: bool = True) -> None:
+        """A generated token's text; `complete`: its bytes end on a character boundary (UTF-8)."""
         st = self.state
         if st is BudgetState.IDLE or st is BudgetState.DONE:
-            if self._start.advance(token):
+            if self._start.advance(piece):
                 self._arm()
         elif st is BudgetState.COUNTING or st is BudgetState.WAITING_UTF8:
-            if self._end.advance(token):
+            if self._end.advance(piece):
                 self.state = BudgetState.DONE
             elif st is BudgetState.WAITING_UTF8:
                 if complete:

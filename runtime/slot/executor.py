@@ -374,7 +374,7 @@ class Slot:
                 eog = eng.is_eog(tok)
                 raw = eng.token_to_piece(tok, special=tok in preserved)
                 if budget is not None:
-                    budget.accept(tok, utf8_complete(raw))
+                    budget.accept(raw.decode("utf-8", "ignore"), utf8_complete(raw))
                 piece = "" if eog else detok.feed(raw)
                 out = stops.feed(piece, final=eog)
                 finish: FinishReason | None = None
@@ -399,7 +399,7 @@ class Slot:
         def tok(text: str) -> list[int]:
             return self.engine.tokenize(text, add_special=False, parse_special=True)
 
-        return Budget(tok(spec.start), tok(spec.end), tok(spec.forced), spec.tokens, inside=spec.inside)
+        return Budget(spec.start, spec.end, tok(spec.forced), spec.tokens, inside=spec.inside)
 
     def _preserved(self, req: SlotRequest) -> frozenset[int]:
         """The special tokens to detokenize as text: the request's tags that are one token each (as llama-server

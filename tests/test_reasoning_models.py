@@ -1,0 +1,100 @@
+"""End to end on tiny models with real thinking templates (Qwen3, QwQ) from the vendored llama.cpp tree: outputs
+forced by a raw GBNF grammar are split into reasoning and answer, streamed as `Reasoning` / `str` pieces, stored,
+rendered back; `reasoning="off"` switches Qwen3's thinking off and closes QwQ's opened block at once; the budget
+forces its message and the closer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime import Runtime
+from runtime.reasoning import Reasoning
+from tests.reasoning_models import vendored_template, write_thinking
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    d = tmp_path_factory.mktemp("thinking-models")
+    yield {
+        "qwen3": write_thinking(d / "qwen3.gguf", vendored_template("Qwen-Qwen3-0.6B.jinja")),
+        "qwq": write_thinking(d / "qwq.gguf", vendored_template("Qwen-QwQ-32B.jinja")),
+        "r1": write_thinking(d / "r1.gguf", vendored_template("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja")),
+    }
+
+
+def opened(path: Path) -> Runtime:
+    return Runtime.open(path, n_ctx=1024, n_threads=1)  # type: ignore[return-value]
+
+
+THOUGHT = r'root ::= "<think>\nhmm ok\n</think>\n\nhello world"'
+
+
+async def test_qwen3_reasoning_is_split_streamed_stored_and_rendered_back(models: dict[str, Path]) -> None:
+    async with Runtime.open(models["qwen3"], n_ctx=1024, n_threads=1) as rt:
+        reply = await rt.chat("a", "hi", grammar=THOUGHT, temperature=0)
+        assert (reply.reasoning, reply.text) == ("hmm ok", "hello world")
+        items = [p async for p in rt.stream("a", "more", grammar=THOUGHT, temperature=0)]
+        pieces = items[:-1]
+        assert "".join(p for p in pieces if isinstance(p, Reasoning)) == "hmm ok"
+        assert "".join(p for p in pieces if not isinstance(p, Reasoning)) == "hello world"
+        assert not any("think>" in p for p in pieces)
+        s = await rt.get_session("a")
+        assert [(m.content, m.reasoning) for m in s.messages if m.role == "assistant"] == [
+            ("hello world", "hmm ok")
+        ] * 2
+        prompt = rt.backend.engine.template.render_text(s.chat_messages())  # type: ignore[attr-defined]
+        # Qwen3's template drops the reasoning of turns before the last user message, keeps the last one's
+        assert prompt.count("hmm ok") == 1 and "<think>\nhmm ok\n</think>\n\nhello world<|im_end|>" in prompt
+
+
+async def test_qwen3_reasoning_off_sets_enable_thinking_false(models: dict[str, Path]) -> None:
+    async with Runtime.open(models["qwen3"], n_ctx=1024, n_threads=1, reasoning="off") as rt:
+        reply = await rt.chat("a", "hi", grammar='root ::= "hello"', temperature=0)
+        assert (reply.reasoning, reply.text) == ("", "hello")
+        prompt = rt.backend.engine.template.render_text(  # type: ignore[attr-defined]
+            [{"role": "user", "content": "hi"}], template_kwargs={"enable_thinking": False}
+        )
+        assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # what "off" rendered
+
+
+OPENED = r'root ::= "hmm\n</think>\n\nhello"'
+
+
+@pytest.mark.parametrize("name", ["qwq", "r1"])
+async def test_output_starts_inside_a_block_the_generation_prompt_opened(models: dict[str, Path], name: str) -> None:
+    async with Runtime.open(models[name], n_ctx=1024, n_threads=1, reasoning="on") as rt:  # QwQ: enable_thinking
+        reply = await rt.chat("a", "hi", grammar=OPENED, temperature=0)
+        assert (reply.reasoning, reply.text) == ("hmm", "hello")
+        kept = await rt.chat("b", "hi", grammar=OPENED, temperature=0, reasoning_format="none")
+        assert (kept.reasoning, kept.text) == ("", "<think>\nhmm\n</think>\n\nhello")  # as llama-server's "none"
+
+
+async def test_off_on_a_template_that_always_opens_the_block_closes_it_at_once(models: dict[str, Path]) -> None:
+    async with Runtime.open(models["r1"], n_ctx=1024, n_threads=1) as rt:  # R1 distill: no switch, always opened
+        off = await rt.chat("b", "hi", grammar=r'root ::= "</think>" "\n"? "hello"', temperature=0, reasoning="off")
+        assert (off.reasoning, off.text) == ("", "hello")
+        assert off.usage.generated_tokens >= 2  # the closer was generated (forced), then the answer
+
+
+BUDGETED = r'root ::= "<think>" [a-z]* "</think>" "x"'
+
+
+async def test_the_budget_forces_its_message_and_the_closer(models: dict[str, Path]) -> None:
+    async with Runtime.open(models["qwen3"], n_ctx=1024, n_threads=1) as rt:
+        zero = await rt.chat(
+            "a", "hi", grammar=BUDGETED, temperature=0, reasoning_budget=0, reasoning_budget_message="done"
+        )
+        assert (zero.reasoning, zero.text) == ("done", "x")
+        two = await rt.chat(
+            "b", "hi", grammar=BUDGETED, temperature=0, reasoning_budget=2, reasoning_budget_message="zz"
+        )
+        # greedy on this model: "<think>", two free tokens "y" "o", then the forced "zz" + "</think>", then "x"
+        assert (two.reasoning, two.text) == ("yozz", "x")
+        unlimited = await rt.chat("c", "hi", grammar=BUDGETED, temperature=0)
+        assert re.fullmatch(r"[a-z]*", unlimited.reasoning) and not unlimited.reasoning.startswith("yozz")
