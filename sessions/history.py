@@ -280,10 +280,10 @@ def _import_message(i: int, m: _WireMessage, stamp: float) -> Message:
     if not isinstance(content, str):
         raise InvalidSession(f"message {i}: content must be a string")
     created = stamp if m.created is None else m.created
-    if m.role == "user":
-        return Message("user", content, created, calls, m.tool_call_id)
     if m.role != "assistant" and m.reasoning_content:
         raise InvalidSession(f"message {i}: a {m.role} message cannot have reasoning_content")
+    if m.role == "user":
+        return Message("user", content, created, calls, m.tool_call_id)
     if m.role == "assistant":
         return Message("assistant", content, created, calls, m.tool_call_id, reasoning=m.reasoning_content or "")
     return Message("tool", content, created, calls, m.tool_call_id)
