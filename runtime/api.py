@@ -339,6 +339,7 @@ class Runtime(SessionOps):
             tool_format=self.backend.tool_format,
             generation_prompt=self.backend.generation_prompt,
             check_grammar=self.backend.check_grammar,
+            reasoning_format=self.backend.reasoning_format,
         )
 
     async def regenerate(

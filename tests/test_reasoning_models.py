@@ -98,3 +98,17 @@ async def test_the_budget_forces_its_message_and_the_closer(models: dict[str, Pa
         assert (two.reasoning, two.text) == ("yozz", "x")
         unlimited = await rt.chat("c", "hi", grammar=BUDGETED, temperature=0)
         assert re.fullmatch(r"[a-z]*", unlimited.reasoning) and not unlimited.reasoning.startswith("yozz")
+
+
+VERDICT = {"type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("name", ["qwen3", "r1"])
+async def test_structured_output_comes_after_the_reasoning_block(models: dict[str, Path], name: str) -> None:
+    async with Runtime.open(models[name], n_ctx=1024, n_threads=1) as rt:
+        reply = await rt.chat("a", "hi", response_format=VERDICT, temperature=0, reasoning_budget=3, max_tokens=64)
+        assert reply.finish_reason == "stop"
+        assert isinstance(reply.parsed, dict) and set(reply.parsed) == {"a"}
+        assert reply.text.startswith("{") and "think>" not in reply.text
+        if name == "r1":  # the generation prompt opened the block: the grammar starts in it, the budget closes it
+            assert reply.reasoning != ""
