@@ -112,3 +112,18 @@ async def test_structured_output_comes_after_the_reasoning_block(models: dict[st
         assert reply.text.startswith("{") and "think>" not in reply.text
         if name == "r1":  # the generation prompt opened the block: the grammar starts in it, the budget closes it
             assert reply.reasoning != ""
+
+
+def lookup(city: str) -> str:
+    """Look a city up."""
+    return city
+
+
+async def test_a_turn_with_tools_splits_the_reasoning_and_parses_calls_from_the_answer_only(
+    models: dict[str, Path],
+) -> None:
+    async with Runtime.open(models["r1"], n_ctx=1024, n_threads=1) as rt:
+        reply = await rt.chat("a", "hi", tools=[lookup], temperature=0, reasoning_budget=2, max_tokens=16)
+        assert reply.reasoning != "" and "think>" not in reply.text and "think>" not in reply.reasoning
+        s = await rt.get_session("a")
+        assert s.messages[-1].reasoning == reply.reasoning

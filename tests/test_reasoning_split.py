@@ -193,3 +193,12 @@ def test_the_budget_waits_for_a_character_to_complete() -> None:
 def test_utf8_complete() -> None:
     assert utf8_complete(b"abc") and utf8_complete("é".encode()) and utf8_complete("€".encode())
     assert not utf8_complete("€".encode()[:2]) and not utf8_complete(b"a\xf0\x9f")
+
+
+def test_in_block_is_true_from_the_opener_until_the_closer_is_done() -> None:
+    b = budget(END, 1 << 20)  # a lazy grammar's tracker: no limit
+    seen = []
+    for tok in [5, 1, 7, 2, 3, 6]:
+        b.accept(TEXT[tok])
+        seen.append(b.in_block)
+    assert seen == [False, True, True, True, False, False]

@@ -111,9 +111,10 @@ class Sampler:
                 tokens = tokens[1:]
         return tokens
 
-    def sample(self) -> int:
-        """Sample from the context's last logits and accept the token (into the grammar too)."""
-        if self._grammar is None:
+    def sample(self, *, grammar: bool = True) -> int:
+        """Sample from the context's last logits and accept the token (into the grammar too, unless `grammar`
+        is False: then the grammar neither constrains this token nor sees it)."""
+        if self._grammar is None or not grammar:
             return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, -1))
         found = self._greedy_allowed() if self._greedy else None
         if found is not None:

@@ -207,6 +207,7 @@ class TurnRunner:
                     log.info("request.first_token")
                 emit(splitter.feed(piece))
 
+            grammar = turn.constraints.grammar
             req = SlotRequest(
                 prompt=rendered.tokens,
                 sampling=sampling,
@@ -215,8 +216,8 @@ class TurnRunner:
                 on_piece=on_piece,
                 request_id=job.id,
                 session_id=job.session_id,
-                grammar=turn.constraints.grammar,
-                budget=opts.budget_for(fmt, inside),
+                grammar=grammar,
+                budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
             )
             result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)

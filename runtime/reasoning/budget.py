@@ -5,7 +5,8 @@ tokens are generated (or COUNTING from the start when the generation prompt open
 down the budget while watching for a natural closer, WAITING_UTF8 when the budget runs out inside a
 character, FORCING the forced tokens one by one (the message, then the closer), DONE; a new opener in DONE
 re-arms it with a fresh budget. A budget of 0 forces the closer at once (`reasoning="off"` on a template
-that opens the block whatever its variables say).
+that opens the block whatever its variables say). With a lazy grammar (tools) the machine runs with no
+limit, to keep the grammar out of the block (`in_block`).
 
 `BudgetSpec` is what a request carries (texts; the slot tokenizes them), `Budget` the state machine the
 slot runs per request (tokens; no llama.cpp here, so it is tested on plain ints).
@@ -78,6 +79,12 @@ class Budget:
         self.state = BudgetState.COUNTING if inside else BudgetState.IDLE
         if inside and budget <= 0:
             self.state = BudgetState.FORCING
+
+    @property
+    def in_block(self) -> bool:
+        """Inside the reasoning block: a lazy grammar (tool calls) neither applies nor sees these tokens, so a
+        trigger inside the reasoning is ignored (llama-server's `grammar_should_apply`)."""
+        return self.state in (BudgetState.COUNTING, BudgetState.WAITING_UTF8, BudgetState.FORCING)
 
     def forced(self) -> int | None:
         """The token the next step must produce, or None to sample freely."""

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from runtime.reasoning.budget import BudgetSpec
 from runtime.reasoning.formats import ReasoningFormat
-from sessions.model import REASONING_CONTROLS, reasoning_problem
+from sessions.model import MAX_REASONING_BUDGET, REASONING_CONTROLS, reasoning_problem
 
 __all__ = ["REASONING_FIELDS", "REASONING_FORMATS", "REASONING_MODES", "ReasoningOptions", "problem"]
 
@@ -76,12 +76,13 @@ class ReasoningOptions:
             out.setdefault(switch, self.mode == "on")
         return out
 
-    def budget_for(self, fmt: ReasoningFormat | None, inside: bool) -> BudgetSpec | None:
-        """The budget the slot enforces: "off" on an opened block closes it at once; else the budget."""
+    def budget_for(self, fmt: ReasoningFormat | None, inside: bool, *, track: bool = False) -> BudgetSpec | None:
+        """The budget the slot enforces: "off" on an opened block closes it at once; else the budget; `track`
+        (a lazy grammar): an unlimited one, so that the slot knows when it is inside the block."""
         if fmt is None:
             return None
-        if self.mode == "off":
-            return BudgetSpec(fmt.start, fmt.end, 0, "", inside=True) if inside else None
+        if self.mode == "off" and inside:
+            return BudgetSpec(fmt.start, fmt.end, 0, "", inside=True)
         if self.budget is None:
-            return None
+            return BudgetSpec(fmt.start, fmt.end, MAX_REASONING_BUDGET, inside=inside) if track else None
         return BudgetSpec(fmt.start, fmt.end, self.budget, self.budget_message, inside=inside)

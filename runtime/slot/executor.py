@@ -363,11 +363,15 @@ class Slot:
                     sampler.accept(t)
             budget = self._budget(req)
             preserved = self._preserved(req)
+            lazy = req.grammar is not None and req.grammar.lazy
             while True:
                 if req.cancel():
                     return "cancelled", t_first
                 forced = budget.forced() if budget is not None else None
-                tok = sampler.sample() if forced is None else sampler.force(forced)
+                if forced is not None:
+                    tok = sampler.force(forced)
+                else:  # a lazy grammar (tool calls) stays out of the reasoning block
+                    tok = sampler.sample(grammar=not (lazy and budget is not None and budget.in_block))
                 generated.append(tok)
                 if t_first is None:
                     t_first = time.perf_counter() - t0
