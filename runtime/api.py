@@ -383,7 +383,8 @@ class Runtime(SessionOps):
         **sampling: Any,
     ) -> AsyncIterator[str | Reply]:
         """Yield the reply's text pieces as they are generated, then the Reply (a turn that may call tools
-        yields only its Reply: its text is read whole)."""
+        yields only its Reply: its text is read whole). A thinking model's reasoning comes as
+        `runtime.Reasoning` pieces (a `str` subclass), its answer as plain `str`; tags never show."""
         pieces = Pieces()
         turn = self._turn(message, tool_results, sampling, response_format, grammar, tools, tool_choice, pieces)
         job = self._submit(session_id, turn, timeout)

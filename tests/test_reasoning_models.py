@@ -127,3 +127,48 @@ async def test_a_turn_with_tools_splits_the_reasoning_and_parses_calls_from_the_
         assert reply.reasoning != "" and "think>" not in reply.text and "think>" not in reply.reasoning
         s = await rt.get_session("a")
         assert s.messages[-1].reasoning == reply.reasoning
+
+
+# (template in models/templates, reasoning format, whether its generation prompt opens the block with thinking on)
+FAMILIES = [
+    ("openai-gpt-oss-120b.jinja", "harmony", False),
+    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "command-r7b", False),
+    ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", "magistral", False),
+    ("ByteDance-Seed-OSS.jinja", "seed-oss", False),
+    ("ibm-granite-granite-3.3-2B-Instruct.jinja", "granite", False),
+    ("HuggingFaceTB-SmolLM3-3B.jinja", "think", False),
+    ("Kimi-K2-Thinking.jinja", "think", False),
+    ("GLM-4.6.jinja", "think", False),
+    ("google-gemma-4-31B-it.jinja", "gemma4", False),
+    ("MiniMax-M3.jinja", "minimax-m3", False),
+    ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "think", True),
+    ("Qwen3.5-4B.jinja", "think", True),
+    ("MiniMax-M2.jinja", "granite", True),
+    ("deepseek-ai-DeepSeek-V3.1.jinja", "think", True),
+]
+
+
+@pytest.mark.parametrize(("template", "family", "inside"), FAMILIES)
+async def test_each_family_splits_its_forced_output_over_two_turns(
+    tmp_path: Path, template: str, family: str, inside: bool
+) -> None:
+    """Forced (raw grammar) outputs in each family's syntax; the second turn renders the first reply back
+    (gpt-oss's template raised on a stored reply that held its channel markup)."""
+    from runtime.grammar.gbnf import format_literal
+    from runtime.reasoning import by_name, detect
+
+    source = vendored_template(template)
+    fmt = detect(source)
+    assert fmt is not None and fmt.name == family
+    header = {"harmony": "<|start|>assistant<|channel|>final<|message|>", "command-r7b": "<|START_RESPONSE|>"}
+    out = ("" if inside else fmt.start) + "hmm ok" + fmt.end + header.get(family, "\n\n") + "hello"
+    grammar = "root ::= " + format_literal(out)
+    assert by_name(family) is fmt
+    async with Runtime.open(write_thinking(tmp_path / "m.gguf", source), n_ctx=4096, n_threads=1, reasoning="on") as rt:
+        first = await rt.chat("a", "hi", grammar=grammar, temperature=0)
+        items = [p async for p in rt.stream("a", "again", grammar=grammar, temperature=0)]
+        assert (first.reasoning, first.text) == ("hmm ok", "hello")
+        assert "".join(p for p in items[:-1] if isinstance(p, Reasoning)) == "hmm ok"
+        assert "".join(p for p in items[:-1] if not isinstance(p, Reasoning)) == "hello"
+        s = await rt.get_session("a")
+        assert [(m.content, m.reasoning) for m in s.messages if m.role == "assistant"] == [("hello", "hmm ok")] * 2

@@ -149,3 +149,13 @@ async def test_bad_controls_are_typed_errors_and_change_nothing(name: str, value
     if name != "reasoning_format":
         with pytest.raises(InvalidConfig):
             reasoning_options(**{name: value})
+
+
+async def test_runtime_open_refuses_bad_controls_before_loading_anything(tmp_path: Any) -> None:
+    missing = tmp_path / "no-such-model.gguf"  # never opened: the check comes first
+    with pytest.raises(InvalidConfig):
+        async with Runtime.open(missing, reasoning="sometimes"):
+            pass
+    with pytest.raises(InvalidConfig):
+        async with Runtime.open(missing, reasoning_budget=-5):
+            pass
