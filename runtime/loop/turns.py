@@ -184,10 +184,10 @@ class TurnRunner:
                 kwargs = {**variables, **(plan.kwargs or {})}
                 rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=kwargs or None)
                 dropped = 0
-            elif variables:  # template variables: a full render (the incremental one and the window know none)
-                rendered, dropped = self.backend.prepare(messages, key, spans=False, template_kwargs=variables), 0
             else:
-                prompt = self.window.prepare(self.backend, key, messages, context, sampling.max_tokens)
+                prompt = self.window.prepare(
+                    self.backend, key, messages, context, sampling.max_tokens, variables or None
+                )
                 rendered, dropped = prompt.rendered, prompt.dropped
             inside = fmt is not None and fmt.opens_block(rendered.text)
             prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and inside else ""
