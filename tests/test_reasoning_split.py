@@ -4,6 +4,8 @@ at every cut adding up to the whole, malformed output as plain text; the budget'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from runtime.reasoning import (
@@ -116,6 +118,41 @@ def test_reasoning_format_none_keeps_everything_in_the_answer_with_the_opened_pr
     out = split(by_name("think"), "I'm\nthinking\n</think>\nHello", inside=True, keep=True, prefix="<think>\n")
     assert out == Split("", "<think>\nI'm\nthinking\n</think>\nHello")
     assert split(None, "<think>x</think>y") == Split("", "<think>x</think>y")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [  # llama-server's content with reasoning_format "none" (measured on the vendored templates)
+        (
+            "harmony",
+            "<|channel|>analysis<|message|>hmm ok<|end|><|start|>assistant<|channel|>final<|message|>hello",
+            "<|channel|>analysis<|message|>hmm ok<|end|>hello",
+        ),
+        (
+            "command-r7b",
+            "<|START_THINKING|>hmm ok<|END_THINKING|><|START_RESPONSE|>hello",
+            "<|START_THINKING|>hmm ok<|END_THINKING|>hello",
+        ),
+        ("magistral", "[THINK]hmm ok[/THINK]\n\nhello", "[THINK]hmm ok[/THINK]\n\nhello"),
+    ],
+)
+def test_reasoning_format_none_drops_only_the_answer_headers(name: str, text: str, expected: str) -> None:
+    fmt = by_name(name)
+    assert split(fmt, text, keep=True) == Split("", expected)
+    for cut in range(len(text) + 1):
+        s = Splitter(fmt, keep=True)
+        assert join(s.feed(text[:cut]) + s.feed(text[cut:]) + s.flush()) == Split("", expected)
+
+
+def test_the_answer_loses_at_most_the_templates_own_space_after_the_closer() -> None:
+    fmt = replace(by_name("think"), space_after="\n")  # Seed-OSS-like: the template writes "</think>\n"
+    text = "<think>r</think>\n\nhello"
+    assert split(fmt, text) == Split("r", "\nhello")
+    for cut in range(len(text) + 1):
+        s = Splitter(fmt)
+        assert join(s.feed(text[:cut]) + s.feed(text[cut:]) + s.flush()) == Split("r", "\nhello")
+    assert split(replace(fmt, space_after=""), text).content == "\n\nhello"  # a template that drops reasoning
+    assert split(replace(fmt, space_after="\n "), "<think>r</think> x").content == "x"  # each space optional
 
 
 def test_detect_names_the_family_of_a_template() -> None:

@@ -11,7 +11,7 @@ from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
 from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
-from runtime.reasoning import ReasoningFormat, detect
+from runtime.reasoning import ReasoningFormat, detect, with_template
 from runtime.tools import ToolFormat
 
 __all__ = ["LlamaBackend"]
@@ -27,6 +27,7 @@ class LlamaBackend:
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
         self._generation_prompt: str | None = None
+        self._reasoning: tuple[ReasoningFormat | None] | None = None
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     def prepare(
@@ -54,7 +55,17 @@ class LlamaBackend:
         check_grammar(self.engine, spec)
 
     def reasoning_format(self) -> ReasoningFormat | None:
-        return detect(self.engine.template.source)
+        """The template's reasoning format, with the whitespace it writes after the closer (worked out once)."""
+        if self._reasoning is None:
+            fmt = detect(self.engine.template.source)
+            template = self.engine.template
+
+            def render(messages: list[dict[str, Any]]) -> str:
+                kwargs = {"enable_thinking": True} if fmt is not None and fmt.switch else None
+                return str(template.render_text(messages, add_generation_prompt=False, template_kwargs=kwargs))
+
+            self._reasoning = (with_template(fmt, render) if fmt is not None else None,)
+        return self._reasoning[0]
 
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it

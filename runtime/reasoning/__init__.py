@@ -5,7 +5,7 @@ Pure Python; imports nothing from the rest of the runtime, so every layer (loop,
 """
 
 from runtime.reasoning.budget import Budget, BudgetSpec, BudgetState, utf8_complete
-from runtime.reasoning.formats import FORMATS, ReasoningFormat, by_name, detect
+from runtime.reasoning.formats import FORMATS, ReasoningFormat, by_name, detect, with_template
 from runtime.reasoning.options import REASONING_FIELDS, REASONING_MODES, ReasoningOptions
 from runtime.reasoning.split import Reasoning, Split, Splitter, join, split
 
@@ -26,4 +26,5 @@ __all__ = [
     "join",
     "split",
     "utf8_complete",
+    "with_template",
 ]

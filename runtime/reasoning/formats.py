@@ -17,9 +17,11 @@ Invariants: `start` and `end` are non-empty and different; `markers` are what `d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
-__all__ = ["FORMATS", "ReasoningFormat", "by_name", "detect"]
+__all__ = ["FORMATS", "ReasoningFormat", "by_name", "detect", "with_template"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,13 @@ class ReasoningFormat:
     content_prefixes: tuple[str, ...] = ()  # literal headers before the answer, dropped (repeatedly)
     content_suffixes: tuple[str, ...] = ()  # literal trailers of the answer, dropped
     switch: str | None = "enable_thinking"  # the template variable that turns thinking off (None: none)
+    # whitespace skipped after the closer: None any (llama-server's `reasoning << content`), else at most this
+    # (the template's own, after its closer: what llama-server's autoparser finds, `with_template`)
+    space_after: str | None = None
+    # whitespace taken after the opener: None any, and the reasoning is trimmed (no template facts); else at
+    # most this, and the reasoning is kept as it is (llama-server's autoparser: `optspace(start)`)
+    space_after_start: str | None = None
+    derive: bool = True  # `with_template` reads `space_after` from the template (False: fixed, a dedicated parser)
 
     def __post_init__(self) -> None:
         if not self.start or not self.end or self.start == self.end:
@@ -58,6 +67,8 @@ HARMONY = ReasoningFormat(  # gpt-oss: the analysis channel is the reasoning, th
     content_prefixes=("<|start|>assistant", "<|channel|>final<|message|>", "<|channel|>commentary<|message|>"),
     content_suffixes=("<|return|>", "<|end|>"),
     switch=None,
+    space_after="",
+    derive=False,
 )
 COMMAND_R7B = ReasoningFormat(
     "command-r7b",
@@ -67,10 +78,12 @@ COMMAND_R7B = ReasoningFormat(
     content_prefixes=("<|START_RESPONSE|>",),
     content_suffixes=("<|END_RESPONSE|>",),
 )
-MAGISTRAL = ReasoningFormat("magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None)
+MAGISTRAL = ReasoningFormat("magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None, derive=False)
 SEED_OSS = ReasoningFormat("seed-oss", "<seed:think>", "</seed:think>", ("<seed:think>",))
-MINIMAX_M3 = ReasoningFormat("minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",))
-GEMMA4 = ReasoningFormat("gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",))
+MINIMAX_M3 = ReasoningFormat("minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",), space_after="", derive=False)
+GEMMA4 = ReasoningFormat(
+    "gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",), space_after="", derive=False
+)
 GRANITE = ReasoningFormat(  # Granite 3.x: <think>…</think><response>…</response>
     "granite",
     "<think>",
@@ -94,6 +107,42 @@ def detect(template: str | None) -> ReasoningFormat | None:
         if any(m in template for m in fmt.markers):
             return fmt
     return None
+
+
+_PROBE_REASONING, _PROBE_CONTENT = "\x00reasoning\x00", "\x00answer\x00"
+
+
+def with_template(fmt: ReasoningFormat, render: Callable[[list[dict[str, Any]]], str]) -> ReasoningFormat:
+    """`fmt` with the whitespace its template writes after the closer (llama-server's autoparser finds the
+    closer the same way, by rendering an assistant message with reasoning: Qwen3.5 writes `</think>\n\n`,
+    Seed-OSS `</seed:think>\n`, and a template that drops the reasoning nothing, so the answer keeps its
+    leading whitespace). `render(messages)` renders without a generation prompt; a template that fails on the
+    probe leaves `fmt` as it is."""
+    if not fmt.derive:
+        return fmt
+    probe = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": _PROBE_CONTENT, "reasoning_content": _PROBE_REASONING},
+    ]
+    try:
+        text = render(probe)
+    except Exception:  # a template may refuse anything: the format's default stands
+        return fmt
+    at = text.find(_PROBE_CONTENT)
+    r = text.find(_PROBE_REASONING, 0, at) if at >= 0 else -1
+    opener = text.rfind(fmt.start, 0, r) if r >= 0 else -1
+    closer = text.find(fmt.end, r) if r >= 0 else -1
+    if opener < 0 or closer < 0 or closer > at:  # the template drops reasoning: bare tags
+        return replace(fmt, space_after="", space_after_start="")
+    start_space = text[opener + len(fmt.start) : r]
+    between = text[closer + len(fmt.end) : at]
+    for header in fmt.content_prefixes:
+        between = between.replace(header, "")
+    return replace(
+        fmt,
+        space_after=between if not between.strip() else "",
+        space_after_start=start_space if not start_space.strip() else "",
+    )
 
 
 def by_name(name: str) -> ReasoningFormat:
