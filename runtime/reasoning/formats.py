@@ -38,9 +38,9 @@ class ReasoningFormat:
     # whitespace skipped after the closer: None any (llama-server's `reasoning << content`), else at most this
     # (the template's own, after its closer: what llama-server's autoparser finds, `with_template`)
     space_after: str | None = None
-    # whitespace taken after the opener: None any, and the reasoning is trimmed (no template facts); else at
-    # most this, and the reasoning is kept as it is (llama-server's autoparser: `optspace(start)`)
+    # whitespace taken after the opener: None any; else at most this (llama-server's autoparser: `optspace`)
     space_after_start: str | None = None
+    trim: bool = True  # the reasoning's trailing whitespace is dropped (no template facts); False: kept
     derive: bool = True  # `with_template` reads `space_after` from the template (False: fixed, a dedicated parser)
 
     def __post_init__(self) -> None:
@@ -68,6 +68,8 @@ HARMONY = ReasoningFormat(  # gpt-oss: the analysis channel is the reasoning, th
     content_suffixes=("<|return|>", "<|end|>"),
     switch=None,
     space_after="",
+    space_after_start="",
+    trim=False,
     derive=False,
 )
 COMMAND_R7B = ReasoningFormat(
@@ -78,11 +80,16 @@ COMMAND_R7B = ReasoningFormat(
     content_prefixes=("<|START_RESPONSE|>",),
     content_suffixes=("<|END_RESPONSE|>",),
 )
-MAGISTRAL = ReasoningFormat("magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None, derive=False)
+# the families llama-server parses with a dedicated parser: their spaces are fixed (measured against it)
+MAGISTRAL = ReasoningFormat(
+    "magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None, space_after_start="", trim=False, derive=False
+)
 SEED_OSS = ReasoningFormat("seed-oss", "<seed:think>", "</seed:think>", ("<seed:think>",))
-MINIMAX_M3 = ReasoningFormat("minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",), space_after="", derive=False)
+MINIMAX_M3 = ReasoningFormat(
+    "minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",), space_after="", trim=False, derive=False
+)
 GEMMA4 = ReasoningFormat(
-    "gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",), space_after="", derive=False
+    "gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",), space_after="", trim=False, derive=False
 )
 GRANITE = ReasoningFormat(  # Granite 3.x: <think>…</think><response>…</response>
     "granite",
@@ -133,7 +140,7 @@ def with_template(fmt: ReasoningFormat, render: Callable[[list[dict[str, Any]]],
     opener = text.rfind(fmt.start, 0, r) if r >= 0 else -1
     closer = text.find(fmt.end, r) if r >= 0 else -1
     if opener < 0 or closer < 0 or closer > at:  # the template drops reasoning: bare tags
-        return replace(fmt, space_after="", space_after_start="")
+        return replace(fmt, space_after="", space_after_start="", trim=False)
     start_space = text[opener + len(fmt.start) : r]
     between = text[closer + len(fmt.end) : at]
     for header in fmt.content_prefixes:
@@ -142,6 +149,7 @@ def with_template(fmt: ReasoningFormat, render: Callable[[list[dict[str, Any]]],
         fmt,
         space_after=between if not between.strip() else "",
         space_after_start=start_space if not start_space.strip() else "",
+        trim=False,
     )
 
 

@@ -129,7 +129,7 @@ class Splitter:
                     self._buf = buf[n:]
                 self._state = _REASONING
             elif self._state == _REASONING:
-                trim = fmt.space_after_start is None  # no template facts: the reasoning is trimmed
+                trim = fmt.trim
                 i = buf.find(fmt.end)
                 if i >= 0:
                     self._reason(out, buf[:i].rstrip() if trim else buf[:i])
