@@ -84,6 +84,26 @@ async def test_reasoning_effort_and_chat_template_kwargs_reach_the_template() ->
         assert backend.template_kwargs == {"x": [1], "reasoning_effort": "high"}
 
 
+async def test_budget_fields_reach_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, Any]] = []
+    async with scripted() as (rt, _):
+        complete = rt.complete
+
+        async def spy(messages: Any, **kw: Any) -> Any:
+            seen.append(kw)
+            return await complete(messages, **kw)
+
+        monkeypatch.setattr(rt, "complete", spy)
+        await post(rt, {"messages": HI, "reasoning_budget_tokens": 8, "reasoning_budget_message": "ok"})
+        await post(rt, {"messages": HI, "thinking_budget_tokens": 0})
+        await post(rt, {"messages": HI, "reasoning_budget_tokens": -1})
+    assert [(k.get("reasoning_budget"), k.get("reasoning_budget_message")) for k in seen] == [
+        (8, "ok"),
+        (0, None),
+        (None, None),
+    ]
+
+
 async def test_reasoning_content_on_history_messages_goes_to_the_template() -> None:
     async with scripted() as (rt, _):
         history = [
@@ -104,6 +124,9 @@ async def test_reasoning_content_on_history_messages_goes_to_the_template() -> N
         {"chat_template_kwargs": "enable_thinking"},
         {"chat_template_kwargs": {"not a name": 1}},
         {"reasoning_effort": 3},
+        {"reasoning_budget_tokens": -2},
+        {"reasoning_budget_tokens": "ten"},
+        {"reasoning_budget_message": 1},
         {"messages": [{"role": "user", "content": "x", "reasoning_content": "no"}]},
         {"messages": [{"role": "assistant", "content": "x", "reasoning_content": 5}, *HI]},
     ],

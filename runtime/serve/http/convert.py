@@ -118,6 +118,11 @@ def _reasoning(req: ChatRequest) -> dict[str, Any]:
             variables.setdefault("reasoning_effort", req.reasoning_effort)
     if variables:
         kw["chat_template_kwargs"] = variables
+    budget = req.reasoning_budget_tokens if req.reasoning_budget_tokens is not None else req.thinking_budget_tokens
+    if budget is not None and budget != -1:  # -1: no limit (the default); other negatives are refused (400)
+        kw["reasoning_budget"] = budget
+    if req.reasoning_budget_message is not None:
+        kw["reasoning_budget_message"] = req.reasoning_budget_message
     return kw
 
 

@@ -104,6 +104,9 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     reasoning_format: Literal["none", "auto", "deepseek"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None  # "none" turns thinking off; other levels go to the template
+    reasoning_budget_tokens: int | None = None  # llama-server's: -1 no limit, 0 close at once, N tokens
+    thinking_budget_tokens: int | None = None  # its older name
+    reasoning_budget_message: str | None = None
 
 
 # --- reply -----------------------------------------------------------------------------------------
