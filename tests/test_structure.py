@@ -121,9 +121,7 @@ def test_only_the_llama_package_imports_llama_cpp() -> None:
 
 def test_the_event_loop_side_imports_neither_the_slot_nor_llama() -> None:
     bad = {
-        m: sorted(
-            d for d in deps if any(_within(d, p) for p in ("runtime.slot", "runtime.llama", "runtime.backend.llama"))
-        )
+        m: sorted(d for d in deps if any(_within(d, p) for p in ("runtime.slot", "runtime.llama", "runtime.backend.llama")))
         for m, deps in GRAPH.items()
         if _within(m, "runtime.loop")
     }
