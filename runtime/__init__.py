@@ -5,7 +5,8 @@ Importing `runtime` loads nothing heavy: the names below are imported on first u
 
 Packages, in dependency order (a test over the import graph keeps them so):
 - `runtime.errors`, `runtime.log`, `runtime.types`, `runtime.reply`: names every package may use;
-- `runtime.grammar`, `runtime.tools`: grammars and tool-call formats, pure data and functions;
+- `runtime.grammar`, `runtime.tools`, `runtime.reasoning`: grammars, tool-call formats and reasoning syntaxes
+  (the split, the budget, the controls), pure data and functions;
 - `runtime.backend`: the `SlotBackend` protocol and what crosses it (`runtime.backend.llama` is the real one);
 - `runtime.loop`: the event-loop side (scheduler, policies, turns, streams, constraints, context, the agent
   loop); it never imports llama.cpp or the slot;
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     )
     from runtime.log import configure_logging
     from runtime.loop.options import SamplingOptions, TurnOptions
+    from runtime.reasoning import Reasoning
     from runtime.reply import Reply, Timings, Usage
 
 _EXPORTS = {
@@ -55,6 +57,7 @@ _EXPORTS = {
     "RuntimeClosed": "runtime.errors",
     "TurnstileError": "runtime.errors",
     "configure_logging": "runtime.log",
+    "Reasoning": "runtime.reasoning",
     "Reply": "runtime.reply",
     "Timings": "runtime.reply",
     "Usage": "runtime.reply",
@@ -68,6 +71,7 @@ __all__ = [
     "LlamaDecodeError",
     "ModelLoadError",
     "QueueFull",
+    "Reasoning",
     "Reply",
     "RequestTimeout",
     "Runtime",

@@ -32,6 +32,7 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.stream import Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
+from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
 from runtime.types import CacheRules, RequestKind, Speculative
 from sessions import DiskStore, MemoryStore
@@ -65,6 +66,25 @@ def _open_store(session_store: SessionStore | str | None, data_dir: Path | None)
     return MemoryStore()
 
 
+def reasoning_options(
+    reasoning: object = "auto",
+    reasoning_budget: object = None,
+    reasoning_budget_message: object = None,
+    chat_template_kwargs: object = None,
+) -> ReasoningOptions:
+    """The Runtime's default reasoning controls, checked (`InvalidConfig`)."""
+    values = {
+        "reasoning": reasoning,
+        "reasoning_budget": reasoning_budget,
+        "reasoning_budget_message": reasoning_budget_message,
+        "chat_template_kwargs": chat_template_kwargs,
+    }
+    try:
+        return ReasoningOptions.from_values(values)
+    except ValueError as e:
+        raise InvalidConfig(str(e)) from None
+
+
 class Runtime(SessionOps):
     """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`.
 
@@ -80,7 +100,7 @@ class Runtime(SessionOps):
         self.store = store
         self.scheduler = Scheduler(policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity)
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
-        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context)
+        self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context, cfg.reasoning)
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
 
@@ -103,6 +123,10 @@ class Runtime(SessionOps):
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
         speculative: Speculative = None,
+        reasoning: str = "auto",
+        reasoning_budget: int | None = None,
+        reasoning_budget_message: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         **engine_options: Unpack[EngineOptions],
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -120,7 +144,11 @@ class Runtime(SessionOps):
         defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
         speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
         tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
+        reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message and
+        chat_template_kwargs: the defaults of every turn (a session's or a request's own values win;
+        `runtime.reasoning.options`).
         """
+        controls = reasoning_options(reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs)
         config = RuntimeConfig(
             model=None if model is None else Path(model),
             data_dir=None if data_dir is None else Path(data_dir),
@@ -132,6 +160,7 @@ class Runtime(SessionOps):
             max_queued=max_queued,
             context=context,
             speculative=speculative,
+            reasoning=controls,
         )
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
@@ -264,7 +293,8 @@ class Runtime(SessionOps):
         **options: Unpack[TurnOptions],
     ) -> AsyncIterator[str | Reply]:
         """Yield the reply's text pieces as they are generated, then the Reply (a turn that may call tools
-        yields only its Reply: its text is read whole)."""
+        yields only its Reply: its text is read whole). A thinking model's reasoning comes as
+        `runtime.Reasoning` pieces (a `str` subclass), its answer as plain `str`; tags never show."""
         opts, pieces = self._options(options), Pieces()
         job = self._submit(session_id, self._chat_turn(message, tool_results, opts, pieces), opts.timeout)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):

@@ -18,6 +18,7 @@ from typing import Any, TypedDict, Unpack
 from caches.prompt_cache import default_limit_bytes
 from runtime.errors import InvalidConfig
 from runtime.loop.policy import POLICIES, Policy
+from runtime.reasoning import ReasoningOptions
 from runtime.templates.load import chat_template_source
 from runtime.types import SPECULATIVE, CacheRules, Speculative
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
@@ -95,6 +96,7 @@ class LoopOptions(TypedDict, total=False):
     policy: str | Policy
     max_queued: int
     context: ContextPolicy
+    reasoning: ReasoningOptions | None  # None: the config's
 
 
 _CACHE_RULES = ("turnstile", "llama-server")
@@ -124,6 +126,7 @@ class RuntimeConfig:
     max_queued: int = 1024
     context: ContextPolicy = "error"
     speculative: Speculative = None  # "ngram": draft-less speculative decoding in the slot
+    reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)  # every turn's default controls
     ram_limit: int | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +149,10 @@ class RuntimeConfig:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
         if self.context not in CONTEXT_POLICIES:
             raise InvalidConfig(f"context must be one of {CONTEXT_POLICIES}, not {self.context!r}")
+        if not isinstance(self.reasoning, ReasoningOptions):
+            raise InvalidConfig(
+                f"reasoning must be ReasoningOptions (runtime.api.reasoning_options), not {self.reasoning!r}"
+            )
         if self.speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {self.speculative!r}")
         limit = default_limit_bytes() if ram is None else None if ram == 0 else 0 if ram < 0 else ram << 20
@@ -157,4 +164,5 @@ class RuntimeConfig:
 
     def with_loop(self, **options: Unpack[LoopOptions]) -> RuntimeConfig:
         """This config with other loop settings, checked like the rest."""
-        return dataclasses.replace(self, **options) if options else self
+        given: dict[str, Any] = {k: value for k, value in options.items() if not (k == "reasoning" and value is None)}
+        return dataclasses.replace(self, **given) if given else self

@@ -42,7 +42,7 @@ class Step(msgspec.Struct, frozen=True):
 
 
 class Reply(msgspec.Struct, frozen=True):
-    """One assistant turn."""
+    """One assistant turn: `text` is the answer alone; a thinking model's reasoning is in `reasoning`."""
 
     session_id: str
     request_id: int
@@ -55,3 +55,4 @@ class Reply(msgspec.Struct, frozen=True):
     parsed: Any = None  # structured output: the decoded, validated reply (None if cut by max_tokens)
     tool_calls: tuple[ToolCall, ...] = ()  # finish_reason "tool_calls": the calls the model made
     steps: tuple[Step, ...] = ()  # `Runtime.run`: the tool calls made on the way, with their results
+    reasoning: str = ""  # the reasoning ("thinking") before the answer; "" when none

@@ -16,8 +16,9 @@ Assistant tool calls and tool messages are exported as OpenAI has them, call arg
       "function": {"name": "add", "arguments": "{\"a\":1}"}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": "3", "created": ...}
 
-Messages without tool calls keep the shape they always had, so documents written before tool calls
-existed still import.
+A thinking model's reasoning is an assistant message's `reasoning_content` (llama-server's field), left
+out when empty. Messages without tool calls or reasoning keep the shape they always had, so documents
+written before those existed still import.
 
 `import_` also takes a bare OpenAI messages list, or an object with only `messages`; missing times
 default to `now`, missing sampling to the defaults; arguments may be a JSON string or an object, and an
@@ -34,7 +35,7 @@ from typing import Any
 import msgspec
 
 from runtime.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
-from sessions.model import Message, Sampling, Session, ToolCall, check_session_id
+from sessions.model import REASONING_CONTROLS, Message, Sampling, Session, ToolCall, check_session_id
 
 FORMAT = "turnstile.session/1"
 
@@ -108,13 +109,20 @@ def append_user(session: Session, user: str, *, now: float | None = None) -> Ses
 
 
 def append_reply(
-    session: Session, assistant: str, *, tool_calls: Sequence[ToolCall] = (), now: float | None = None
+    session: Session,
+    assistant: str,
+    *,
+    tool_calls: Sequence[ToolCall] = (),
+    now: float | None = None,
+    reasoning: str = "",
 ) -> Session:
-    """Add the reply to a session whose last message is an unanswered user message (after `edit`) or a tool result."""
+    """Add the reply (its answer, calls and reasoning) to a session whose last message is an unanswered user
+    message (after `edit`) or a tool result."""
     if not session.messages or session.messages[-1].role not in ("user", "tool"):
         raise InvalidHistoryOp("append_reply needs a session whose last message is a user or tool message")
     _check_text(assistant, "assistant")
-    reply = Message("assistant", assistant, _now(now), tuple(tool_calls))
+    _check_text(reasoning, "reasoning")
+    reply = Message("assistant", assistant, _now(now), tuple(tool_calls), reasoning=reasoning)
     return msgspec.structs.replace(session, messages=(*session.messages, reply))
 
 
@@ -188,6 +196,7 @@ class _WireMessage(msgspec.Struct):
     created: float | None = None
     tool_calls: list[_WireToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None
 
 
 class _Document(msgspec.Struct):
@@ -215,7 +224,15 @@ def _export_message(m: Message) -> dict[str, Any]:
         ]
     if m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
+    if m.reasoning:
+        out["reasoning_content"] = m.reasoning
     return out
+
+
+def _export_sampling(sampling: Sampling) -> dict[str, Any]:
+    """The settings, reasoning controls left out while they inherit (None): the shape of older documents."""
+    values = msgspec.structs.asdict(sampling)
+    return {k: v for k, v in values.items() if not (k in REASONING_CONTROLS and v is None)}
 
 
 def export(session: Session) -> str:
@@ -228,7 +245,7 @@ def export(session: Session) -> str:
         "format": FORMAT,
         "id": session.id,
         "messages": messages,
-        "sampling": msgspec.structs.asdict(session.sampling),
+        "sampling": _export_sampling(session.sampling),
         "metadata": session.metadata,
         "created": session.created,
         "updated": session.updated,
@@ -258,15 +275,17 @@ def _import_message(i: int, m: _WireMessage, stamp: float) -> Message:
         raise InvalidSession(f"message {i}: role {m.role!r}; only the first message may be system")
     calls = tuple(_import_call(i, c) for c in m.tool_calls or ())
     content = m.content
-    if calls and content in (None, msgspec.UNSET):
+    if (calls or m.reasoning_content) and content in (None, msgspec.UNSET):
         content = ""
     if not isinstance(content, str):
         raise InvalidSession(f"message {i}: content must be a string")
     created = stamp if m.created is None else m.created
+    if m.role != "assistant" and m.reasoning_content:
+        raise InvalidSession(f"message {i}: a {m.role} message cannot have reasoning_content")
     if m.role == "user":
         return Message("user", content, created, calls, m.tool_call_id)
     if m.role == "assistant":
-        return Message("assistant", content, created, calls, m.tool_call_id)
+        return Message("assistant", content, created, calls, m.tool_call_id, reasoning=m.reasoning_content or "")
     return Message("tool", content, created, calls, m.tool_call_id)
 
 

@@ -58,7 +58,9 @@ class Message(msgspec.Struct, frozen=True):
     """One chat message; `created` is a Unix time in seconds.
 
     An assistant message may carry `tool_calls` (its `content` is then the text before the calls, often
-    empty); a `tool` message answers one call and must name it in `tool_call_id`.
+    empty) and `reasoning` (a thinking model's reasoning, apart from its answer in `content`; "" when none,
+    the default, so documents written before the field existed still decode); a `tool` message answers one
+    call and must name it in `tool_call_id`.
     """
 
     role: Role
@@ -66,6 +68,7 @@ class Message(msgspec.Struct, frozen=True):
     created: float = msgspec.field(default_factory=time.time)
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    reasoning: str = ""
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -88,10 +91,17 @@ class Message(msgspec.Struct, frozen=True):
                 )
         elif self.tool_call_id is not None:
             raise InvalidSession(f"a {self.role} message cannot have a tool_call_id")
+        if not isinstance(self.reasoning, str):
+            raise InvalidSession(f"message reasoning must be a str, not {type(self.reasoning).__name__}")
+        if self.reasoning and self.role != "assistant":
+            raise InvalidSession(f"a {self.role} message cannot have reasoning")
 
     def to_openai(self) -> dict[str, Any]:
-        """The OpenAI-shaped message (tool call arguments as objects, as chat templates read them)."""
+        """The OpenAI-shaped message (tool call arguments as objects, as chat templates read them; reasoning
+        as `reasoning_content`, what llama-server hands templates)."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            out["reasoning_content"] = self.reasoning
         if self.tool_calls:
             out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -108,7 +118,10 @@ def _is_int(value: object) -> bool:
 
 
 class Sampling(msgspec.Struct, frozen=True):
-    """Sampling settings, defaulting to llama-server's; `seed=None` is random, `max_tokens=None` no limit."""
+    """Sampling settings, defaulting to llama-server's; `seed=None` is random, `max_tokens=None` no limit.
+
+    The last five are a thinking model's controls (`runtime.reasoning.options`); None inherits the runtime's.
+    """
 
     temperature: float = 0.8
     top_k: int = 40
@@ -122,6 +135,11 @@ class Sampling(msgspec.Struct, frozen=True):
     max_tokens: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # llama-server's ignore_eos: generate until max_tokens (benchmarks, tests)
+    reasoning: str | None = None  # "auto" | "on" | "off" (llama-server's --reasoning)
+    reasoning_budget: int | None = None  # tokens of reasoning, then its closer is forced (0: at once)
+    reasoning_budget_message: str | None = None  # text forced before the closer when the budget is spent
+    chat_template_kwargs: dict[str, Any] | None = None  # template variables (JSON-like), e.g. enable_thinking
+    reasoning_format: str | None = None  # "auto" (split) | "none" (the reasoning stays in the text)
 
     MAX_STOP: ClassVar[int] = 16
     _FLOATS: ClassVar[frozenset[str]] = frozenset(
@@ -193,6 +211,8 @@ def _sampling_problem(name: str, value: Any) -> str | None:
         return None if _is_int(value) and value >= 1 else "must be None or an int >= 1"
     if name == "ignore_eos":
         return None if isinstance(value, bool) else "must be a bool"
+    if name in REASONING_CONTROLS:
+        return reasoning_problem(name, value)
     if name == "stop":
         if not isinstance(value, tuple):
             return "must be a tuple (or list) of strings"
@@ -202,6 +222,40 @@ def _sampling_problem(name: str, value: Any) -> str | None:
             return "stop strings must be non-empty str"
         return None
     return "not a sampling setting"
+
+
+REASONING_CONTROLS = (
+    "reasoning",
+    "reasoning_budget",
+    "reasoning_budget_message",
+    "chat_template_kwargs",
+    "reasoning_format",
+)
+MAX_REASONING_BUDGET = 1 << 24
+
+
+def reasoning_problem(name: str, value: Any) -> str | None:
+    """Why `value` is not valid for reasoning control `name` (None, "inherit", always is)."""
+    if value is None:
+        return None
+    if name == "reasoning":
+        return None if isinstance(value, str) and value in ("auto", "on", "off") else "must be 'auto', 'on' or 'off'"
+    if name == "reasoning_format":
+        return None if isinstance(value, str) and value in ("auto", "none") else "must be 'auto' or 'none'"
+    if name == "reasoning_budget":
+        ok = _is_int(value) and 0 <= value <= MAX_REASONING_BUDGET
+        return None if ok else f"must be None or an int in [0, {MAX_REASONING_BUDGET}]"
+    if name == "reasoning_budget_message":
+        return None if isinstance(value, str) else "must be None or a str"
+    if name == "chat_template_kwargs":
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+            return "must be None or a dict whose keys are template variable names"
+        try:
+            check_metadata(value, "chat_template_kwargs")
+        except InvalidSession as e:
+            return str(e)
+        return None
+    return "not a reasoning control"
 
 
 class Session(msgspec.Struct, frozen=True, kw_only=True):

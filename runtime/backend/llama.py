@@ -16,6 +16,7 @@ from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
 from runtime.log import get_logger
+from runtime.reasoning import ReasoningFormat, detect, with_template
 from runtime.slot.executor import Slot
 from runtime.tools import ToolFormat
 
@@ -34,6 +35,7 @@ class LlamaBackend:
         self.n_ctx: int = engine.n_ctx
         self.name: str = engine.path.name
         self._generation_prompt: str | None = None
+        self._reasoning: tuple[ReasoningFormat | None] | None = None
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     @classmethod
@@ -117,6 +119,19 @@ class LlamaBackend:
             raise InvalidRequest(f"token {token} is not in the vocabulary (0 to {self.engine.n_vocab - 1})")
         piece: bytes = self.engine.token_to_piece(token, special=True)
         return piece
+
+    def reasoning_format(self) -> ReasoningFormat | None:
+        """The template's reasoning format, with the whitespace it writes after the closer (worked out once)."""
+        if self._reasoning is None:
+            fmt = detect(self.engine.template.source)
+            template = self.engine.template
+
+            def render(messages: list[dict[str, Any]]) -> str:
+                kwargs = {"enable_thinking": True} if fmt is not None and fmt.switch else None
+                return str(template.render_text(messages, add_generation_prompt=False, template_kwargs=kwargs))
+
+            self._reasoning = (with_template(fmt, render) if fmt is not None else None,)
+        return self._reasoning[0]
 
     def generation_prompt(self) -> str:
         """The template's generation prompt if its tokens spell it exactly (then a grammar can start with it

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from caches.disk.tier import DiskTierStats
 from caches.tiered import Location
+from runtime.reasoning import BudgetSpec, ReasoningFormat
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
@@ -59,6 +60,8 @@ class SlotRequest:
     session_id: str = ""
     grammar: GrammarSpec | None = None  # constrains decoding (structured output, tool calls)
     speculative: bool | None = None  # n-gram speculation for this request; None: the slot's setting
+    budget: BudgetSpec | None = None  # a reasoning budget: its closer is forced when spent
+    preserved: tuple[str, ...] = ()  # special tokens detokenized as their text (a reasoning format's tags)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,10 @@ class SlotBackend(Protocol):
 
     def check_grammar(self, spec: GrammarSpec) -> None:
         """Raise InvalidRequest unless the grammar parses (read-only on the vocabulary: any thread)."""
+        ...
+
+    def reasoning_format(self) -> ReasoningFormat | None:
+        """How this model's chat template writes reasoning (None: it knows none)."""
         ...
 
     def run(self, req: SlotRequest) -> SlotResult:

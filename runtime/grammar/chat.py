@@ -9,6 +9,11 @@ a ```json fence. The grammar is not lazy and has no triggers; the sampler feeds 
 prompt's tokens before the first sampled token (common/sampling.cpp, "prefill"), so generated text
 starts right after that prefix. `message.content` is the JSON value alone, without the fence and the
 whitespace around it (`reply_content`). Checked against llama-server (same build) on SmolLM2.
+
+A thinking model's grammar lets the reasoning block come first, as llama-server's parser does (`reasoning?
+content`): after the generation prompt, an optional `<think>…</think>` (any text without the closer), or,
+when the generation prompt opened the block, the rest of it up to the closer; then the JSON as above.
+`reply_content` is then given the answer part (the split comes first).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from runtime.errors import UnsupportedSchema
 from runtime.grammar.gbnf import format_literal
 from runtime.grammar.json_schema import SchemaConverter
 
-__all__ = ["CHATML_GENERATION_PROMPT", "JSON_VALUE_RULES", "chat_response_grammar", "reply_content"]
+__all__ = ["CHATML_GENERATION_PROMPT", "JSON_VALUE_RULES", "chat_response_grammar", "reasoning_rules", "reply_content"]
 
 CHATML_GENERATION_PROMPT = "<|im_start|>assistant\n"
 
@@ -44,7 +49,38 @@ _C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale, what the PEG parser's spa
 _DECODER = json.JSONDecoder()
 
 
-def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CHATML_GENERATION_PROMPT) -> str:
+def _class_char(c: str) -> str:
+    return "\\" + c if c in "[]\\^-" else {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, c)
+
+
+def reasoning_rules(end: str, name: str = "reasoning") -> dict[str, str]:
+    """GBNF rules `name` = any text up to and including the first `end` (a small automaton over `end`'s
+    characters: the body never contains the closer, so the block ends where the splitter ends it).
+
+    Exact when `end`'s first character does not occur again in it (every closer the formats know); the
+    rule names are `name`, `name-1`, … `name-(len-1)`."""
+    if not end:
+        raise ValueError("a reasoning block needs a closer")
+    c0 = end[0]
+    state = [name] + [f"{name}-{k}" for k in range(1, len(end))]
+    rules: dict[str, str] = {}
+    for k, ck in enumerate(end):
+        nxt = format_literal(ck) + ("" if k == len(end) - 1 else " " + state[k + 1])
+        if k == 0:
+            rules[state[0]] = f"[^{_class_char(c0)}] {state[0]} | {nxt}"
+        else:
+            others = _class_char(ck) + ("" if ck == c0 else _class_char(c0))
+            restart = "" if ck == c0 else f" | {format_literal(c0)} {state[1]}"
+            rules[state[k]] = f"{nxt}{restart} | [^{others}] {state[0]}"
+    return rules
+
+
+def chat_response_grammar(
+    schema: Mapping[str, Any],
+    generation_prompt: str = CHATML_GENERATION_PROMPT,
+    reasoning: tuple[str, str] | None = None,
+    inside: bool = False,
+) -> str:
     """The GBNF llama-server uses for a chat completion whose response_format has this schema.
 
     `generation_prompt` is what the chat template appends for the assistant's turn (the text the
@@ -60,6 +96,11 @@ def chat_response_grammar(schema: Mapping[str, Any], generation_prompt: str = CH
         converter.add_rule("response-format", converter.visit(schema, "response-format-schema"))
         body = '("```json" space response-format space "```" | space response-format space)'
         prefix = format_literal(generation_prompt) + " " if generation_prompt else ""
+        if reasoning is not None:
+            start, end = reasoning
+            for rule, rule_body in reasoning_rules(end).items():
+                converter.add_rule(rule, rule_body)
+            prefix += "reasoning " if inside else f"({format_literal(start)} reasoning)? "
         converter.add_rule("root", prefix + "space space " + body)
         return converter.format_grammar()
     except UnsupportedSchema as err:

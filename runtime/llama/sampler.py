@@ -111,11 +111,12 @@ class Sampler:
                 tokens = tokens[1:]
         return tokens
 
-    def sample(self, idx: int = -1) -> int:
+    def sample(self, idx: int = -1, *, grammar: bool = True) -> int:
         """Sample from the logits of output `idx` (-1: the last evaluated token) and accept the token (into
-        the grammar too). A speculative draft is verified by sampling at each drafted position in turn and
-        comparing: the chain's state and random draws are then exactly those of unspeculated decoding."""
-        if self._grammar is None:
+        the grammar too, unless `grammar` is False: then the grammar neither constrains this token nor sees it).
+        A speculative draft is verified by sampling at each drafted position in turn and comparing: the chain's
+        state and random draws are then exactly those of unspeculated decoding."""
+        if self._grammar is None or not grammar:
             return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, idx))
         found = self._greedy_allowed(idx) if self._greedy else None
         if found is not None:
@@ -127,6 +128,14 @@ class Sampler:
         llama_cpp.llama_sampler_accept(self._grammar, tok)
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok
+
+    def force(self, token: int) -> int:
+        """Take `token` as the sampled one (a reasoning budget forcing its closer): the chain accepts it, and the
+        grammar too if it allows it (llama-server's budget sets every other logit to -inf before sampling)."""
+        if self._grammar is not None and self._allows(token):
+            llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self._chain, token)
+        return token
 
     def _greedy_allowed(self, idx: int, top: int = 64) -> int | None:
         """Greedy: the highest-logit token the grammar allows among the `top` best; None if there is none."""

@@ -6,7 +6,9 @@ value (structured output) or the tool calls. The slot never sees any of this.
 
 Structured output follows llama-server's /v1/chat/completions: the grammar is its response-format grammar
 (the generation prompt, optional whitespace, the JSON value bare or in a ```json fence), fed the generation
-prompt first; the reply's text is the JSON value alone, as llama-server's `message.content`.
+prompt first; the reply's text is the JSON value alone, as llama-server's `message.content`. On a thinking
+model the reasoning block may come first (or the grammar starts inside it, when the generation prompt opened
+it), and `finish` is given the answer part: the turn splits the reasoning off before.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from runtime.backend.protocol import GrammarSpec
 from runtime.errors import InvalidRequest, ToolCallParseError
 from runtime.grammar import chat_response_grammar, reply_content, schema_for
+from runtime.reasoning import ReasoningFormat
 from runtime.tools import ToolFormat, ToolPlan
 from runtime.types import FinishReason
 from sessions.model import ToolCall
@@ -33,6 +36,7 @@ class Finished:
     finish_reason: FinishReason
     parsed: Any = None
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class Constraints:
         tool_format: Callable[[], ToolFormat],
         generation_prompt: Callable[[], str],
         check_grammar: Callable[[GrammarSpec], None] = lambda _spec: None,
+        reasoning_format: Callable[[], ReasoningFormat | None] = lambda: None,
     ) -> Constraints:
         """Check the turn's constraints; at most one of `response_format`, `grammar` and `tools`."""
         given = [n for n, v in (("response_format", response_format), ("grammar", grammar), ("tools", tools)) if v]
@@ -92,13 +97,16 @@ class Constraints:
         if schema is None:
             return cls()
         prompt = generation_prompt()
-        return cls(
-            grammar=GrammarSpec(chat_response_grammar(schema, prompt), prefill=prompt), parse=parse, structured=True
-        )
+        fmt = reasoning_format()
+        tags = (fmt.start, fmt.end) if fmt is not None else None
+        inside = fmt is not None and fmt.opens_block(prompt)
+        gbnf = chat_response_grammar(schema, prompt, tags, inside)
+        return cls(grammar=GrammarSpec(gbnf, prefill=prompt), parse=parse, structured=True)
 
     def finish(self, raw: str, finish_reason: FinishReason) -> Finished:
-        """The reply for `raw` model output: ReplyMismatch / ToolCallParseError if a finished reply breaks
-        its constraints (the grammar makes that a bug, so nothing is committed)."""
+        """The reply for `raw` model output (the answer part, on a thinking model): ReplyMismatch /
+        ToolCallParseError if a finished reply breaks its constraints (the grammar makes that a bug, so
+        nothing is committed)."""
         if self.structured:
             text = reply_content(raw)
             if finish_reason == "length" or finish_reason == "cancelled" or self.parse is None:

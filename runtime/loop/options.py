@@ -53,6 +53,11 @@ class SamplingOptions(TypedDict, total=False):
     max_tokens: int | None
     stop: Sequence[str]
     ignore_eos: bool
+    reasoning: str | None  # a thinking model's controls (`runtime.reasoning.options`)
+    reasoning_budget: int | None
+    reasoning_budget_message: str | None
+    chat_template_kwargs: dict[str, Any] | None
+    reasoning_format: str | None
 
 
 class TurnOptions(SamplingOptions, total=False):
@@ -104,5 +109,6 @@ def check_turn_options(options: Mapping[str, Any], backend: SlotBackend) -> Chec
         tool_format=backend.tool_format,
         generation_prompt=backend.generation_prompt,
         check_grammar=backend.check_grammar,
+        reasoning_format=backend.reasoning_format,
     )
     return CheckedOptions(timeout, sampling, constraints)

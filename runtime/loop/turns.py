@@ -24,6 +24,7 @@ from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import Pieces
+from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
 from runtime.types import RequestKind
 from sessions import Sampling, Session, history
@@ -62,9 +63,11 @@ class TurnRunner:
         store_call: StoreCall,
         slot_call: SlotCall,
         context: ContextPolicy = "error",
+        reasoning: ReasoningOptions | None = None,
     ) -> None:
         self.backend = backend
         self.context: ContextPolicy = context  # the policy of sessions that set none
+        self.reasoning = reasoning if reasoning is not None else ReasoningOptions()  # the runtime's controls
         self.window = ContextWindow()
         self.store = store
         self._store = store_call
@@ -109,15 +112,14 @@ class TurnRunner:
             pieces = turn.pieces if turn.constraints.streams_text else None
             policy = pending.context or self.context
             key = sid if turn.commit else None
-            result: SlotResult = await self._in_slot(
-                self._run_in_slot, job, pending, sampling, turn, pieces, policy, key
-            )
+            result, parts = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces, policy, key)
             if result.finish_reason == "cancelled" or job.cancelled:
                 return self._reply(job, result, session.revision)
-            done = turn.constraints.finish(result.text, result.finish_reason)
+            done = turn.constraints.finish(parts.content, result.finish_reason)
+            done = dataclasses.replace(done, reasoning=parts.reasoning)
             if not turn.commit:
                 return self._reply(job, result, session.revision, done)
-            new = history.append_reply(pending, done.text, tool_calls=done.tool_calls)
+            new = history.append_reply(pending, done.text, tool_calls=done.tool_calls, reasoning=done.reasoning)
             committed: Session | None = await self._store(
                 self.store.commit, new, expected_revision=session.revision if existed else None, unless=job.is_cancelled
             )
@@ -168,27 +170,44 @@ class TurnRunner:
         pieces: Pieces | None,
         context: ContextPolicy = "error",
         key: str | None = None,
-    ) -> SlotResult:
-        """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot."""
+    ) -> tuple[SlotResult, Split]:
+        """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
+        the result and the reply's text split into reasoning and answer (streamed as split)."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
             messages = pending.chat_messages()
+            fmt = self.backend.reasoning_format()
+            opts = ReasoningOptions.from_values({n: getattr(sampling, n) for n in REASONING_FIELDS}, self.reasoning)
+            variables = opts.template_variables(fmt)
             tools = turn.constraints.tools
             if tools is not None:  # tools: the whole history (the window does not cut turns that offer tools)
                 plan = tools.render_plan(messages)
-                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=plan.kwargs)
+                kwargs = {**variables, **(plan.kwargs or {})}
+                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=kwargs or None)
                 dropped = 0
             else:
-                prompt = self.window.prepare(self.backend, key, messages, context, sampling.max_tokens)
+                prompt = self.window.prepare(
+                    self.backend, key, messages, context, sampling.max_tokens, variables or None
+                )
                 rendered, dropped = prompt.rendered, prompt.dropped
+            inside = fmt is not None and fmt.opens_block(rendered.text)
+            prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and inside else ""
+            splitter = Splitter(fmt, inside=inside, keep=opts.keep, prefix=prefix)
+            said: list[str] = []
             first = [True]
+
+            def emit(parts: list[str]) -> None:
+                said.extend(parts)
+                if pieces is not None:
+                    for part in parts:
+                        pieces.push(part)
 
             def on_piece(piece: str) -> None:
                 if first[0]:
                     first[0] = False
                     log.info("request.first_token")
-                if pieces is not None:
-                    pieces.push(piece)
+                emit(splitter.feed(piece))
 
+            grammar = turn.constraints.grammar
             req = SlotRequest(
                 prompt=rendered.tokens,
                 sampling=sampling,
@@ -197,12 +216,15 @@ class TurnRunner:
                 on_piece=on_piece,
                 request_id=job.id,
                 session_id=job.session_id,
-                grammar=turn.constraints.grammar,
+                grammar=grammar,
+                budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
+                preserved=fmt.tags if fmt is not None else (),
             )
             result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
-            return result
+            emit(splitter.flush())
+            return result, join(said) if fmt is not None else Split("", result.text)
 
     @staticmethod
     def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
@@ -234,4 +256,5 @@ class TurnRunner:
             revision=revision,
             parsed=done.parsed if done is not None else None,
             tool_calls=done.tool_calls if done is not None else (),
+            reasoning=done.reasoning if done is not None else "",
         )

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 
 from runtime.backend.protocol import SlotRequest
 from runtime.llama.engine import Engine
+from runtime.reasoning import Budget, utf8_complete
 from runtime.slot.detok import IncrementalText
 from runtime.slot.ngram import Drafter
 from runtime.slot.stops import StopMatcher
 from runtime.types import FinishReason
 
-__all__ = ["Decoded", "generate"]
+__all__ = ["Decoded", "budget_for", "generate", "preserved_tokens"]
 
 
 @dataclass
@@ -54,12 +55,16 @@ def generate(
     t0: float,
     drafter: Drafter | None = None,
     on_token: Callable[[int], None] | None = None,
+    *,
+    budget: Budget | None = None,
+    preserved: frozenset[int] = frozenset(),
 ) -> Decoded:
     """Decode after the prompt until EOS, a stop string, `max_tokens`, the context's end or a cancel.
 
     `tokens` is the slot's token list (equal to memory; the prompt's last token's logits are current) and
     grows as tokens enter memory; `generated` collects every emitted token; `on_token(t)` is called for each
-    token that enters memory (the n-gram index follows the slot's tokens that way).
+    token that enters memory (the n-gram index follows the slot's tokens that way). `budget`: a reasoning
+    budget that forces its closer when spent (no drafter then); `preserved`: special tokens detokenized as text.
     """
     max_tokens = req.sampling.max_tokens
     detok = IncrementalText()
@@ -71,7 +76,10 @@ def generate(
         if out.t_first is None:
             out.t_first = time.perf_counter() - t0
         eog = eng.is_eog(tok)
-        piece = "" if eog else detok.feed(eng.token_to_piece(tok))
+        raw = eng.token_to_piece(tok, special=tok in preserved)
+        if budget is not None:
+            budget.accept(raw.decode("utf-8", "ignore"), utf8_complete(raw))
+        piece = "" if eog else detok.feed(raw)
         text = stops.feed(piece, final=eog)
         finish: FinishReason | None = None
         if stops.stopped_by is not None or eog:
@@ -109,6 +117,15 @@ def generate(
             enter(d)
         return len(draft), None, None
 
+    lazy = req.grammar is not None and req.grammar.lazy
+
+    def pick(idx: int = -1) -> int:
+        """The next token: forced by the budget, or sampled (a lazy grammar stays out of the reasoning block)."""
+        forced = budget.forced() if budget is not None else None
+        if forced is not None:
+            return sampler.force(forced)
+        return sampler.sample(idx, grammar=not (lazy and budget is not None and budget.in_block))
+
     with eng.sampler(s, req.grammar) as sampler:
         if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
             # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
@@ -117,7 +134,7 @@ def generate(
                 sampler.accept(t)
         if req.cancel():
             return done("cancelled")
-        tok = sampler.sample()
+        tok = pick()
         while True:
             finish = emit(tok)
             if finish is not None:
@@ -142,5 +159,25 @@ def generate(
             if nxt is None:
                 if req.cancel():
                     return done("cancelled")
-                nxt = sampler.sample(len(draft) if draft else -1)
+                nxt = pick(len(draft) if draft else -1)
             tok = nxt
+
+
+def budget_for(eng: Engine, req: SlotRequest) -> Budget | None:
+    """The request's reasoning budget on this vocabulary's tokens (llama-server's reasoning-budget sampler)."""
+    spec = req.budget
+    if spec is None:
+        return None
+    forced = eng.tokenize(spec.forced, add_special=False, parse_special=True)
+    return Budget(spec.start, spec.end, forced, spec.tokens, inside=spec.inside)
+
+
+def preserved_tokens(eng: Engine, req: SlotRequest) -> frozenset[int]:
+    """The special tokens to detokenize as text: the request's tags that are one token each (as llama-server
+    renders its `preserved_tokens`)."""
+    out: set[int] = set()
+    for text in req.preserved:
+        toks = eng.tokenize(text, add_special=False, parse_special=True)
+        if len(toks) == 1:
+            out.add(toks[0])
+    return frozenset(out)

@@ -28,7 +28,7 @@ from runtime.backend.protocol import SlotRequest, SlotResult
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
-from runtime.slot.decode import generate
+from runtime.slot.decode import budget_for, generate, preserved_tokens
 from runtime.slot.ngram import Drafter, NgramIndex
 from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
 from runtime.slot.state import (
@@ -344,9 +344,21 @@ class Slot:
                 self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
             log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
             eng.set_abort(None)  # single-token decodes are short: cancel between tokens
-            drafter = self._drafter(req)
+            budget = budget_for(eng, req)
+            drafter = None if budget is not None else self._drafter(req)  # a budget forces tokens: no drafts
             on_token = self.ngram.append if drafter is not None else None
-            done = generate(eng, self.tokens, req, generated, stops, t0, drafter, on_token)
+            done = generate(
+                eng,
+                self.tokens,
+                req,
+                generated,
+                stops,
+                t0,
+                drafter,
+                on_token,
+                budget=budget,
+                preserved=preserved_tokens(eng, req),
+            )
             finish, t_first = done.finish, done.t_first
             draft_n, draft_n_accepted = done.draft_n, done.draft_n_accepted
         except _Cancelled:

@@ -31,6 +31,7 @@ from caches.tiered import Location
 from caches.tokens import lcp
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
 from runtime.errors import ContextOverflow, InvalidRequest
+from runtime.reasoning import ReasoningFormat
 from runtime.tools import GenericFormat, ToolFormat
 from runtime.types import FinishReason
 
@@ -81,8 +82,16 @@ def _echo(messages: Sequence[dict[str, Any]]) -> str:
 class ScriptedBackend:
     """A `SlotBackend` without a model; replies come from `reply(messages)`."""
 
-    def __init__(self, reply: Callable[[Sequence[dict[str, Any]]], str] = _echo, *, n_ctx: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        reply: Callable[[Sequence[dict[str, Any]]], str] = _echo,
+        *,
+        n_ctx: int = 1 << 20,
+        reasoning: ReasoningFormat | None = None,
+    ) -> None:
         self.reply = reply
+        self.reasoning = reasoning
+        self.template_kwargs: dict[str, Any] | None = None
         self.n_ctx = n_ctx
         self.name = "scripted"
         self.tokens: list[int] = []
@@ -125,6 +134,10 @@ class ScriptedBackend:
             raise InvalidRequest(f"token {token} is not a character")
         return chr(token).encode()
 
+    def reasoning_format(self) -> ReasoningFormat | None:
+        """The format its scripted replies use (`reasoning=`; None by default)."""
+        return self.reasoning
+
     def check_grammar(self, spec: GrammarSpec) -> None:
         if "root" not in spec.gbnf:
             raise InvalidRequest("the grammar has no root rule")
@@ -143,6 +156,7 @@ class ScriptedBackend:
         text = "".join(parts) + "assistant: "
         tokens = [ord(c) for c in text]
         self._prepared = [dict(m) for m in messages]
+        self.template_kwargs = template_kwargs  # what the last render was given (tests read it)
         return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[str(m["role"]) for m in messages])
 
     def run(self, req: SlotRequest) -> SlotResult:

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.schema import (
@@ -81,6 +83,8 @@ def _message(m: ChatMessage, i: int) -> dict[str, Any]:
         out["tool_call_id"] = m.tool_call_id
     if m.name is not None and role == "tool":
         out["name"] = m.name
+    if m.reasoning_content:
+        out["reasoning_content"] = m.reasoning_content
     return out
 
 
@@ -99,6 +103,28 @@ def _response_format(value: dict[str, Any]) -> str | dict[str, Any] | None:
     raise ApiError.bad_request(f"response_format type {kind!r} is not supported", param="response_format")
 
 
+def _reasoning(req: ChatRequest) -> dict[str, Any]:
+    """The turn's reasoning controls from llama-server's request fields (`reasoning_effort` "none": thinking
+    off; another level goes to the template as its `reasoning_effort` variable)."""
+    kw: dict[str, Any] = {}
+    if req.reasoning_format is not None:
+        kw["reasoning_format"] = "none" if req.reasoning_format == "none" else "auto"
+    variables = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        if req.reasoning_effort == "none":
+            kw["reasoning"] = "off"
+        else:
+            variables.setdefault("reasoning_effort", req.reasoning_effort)
+    if variables:
+        kw["chat_template_kwargs"] = variables
+    budget = req.reasoning_budget_tokens if req.reasoning_budget_tokens is not None else req.thinking_budget_tokens
+    if budget is not None and budget != -1:  # -1: no limit (the default); other negatives are refused (400)
+        kw["reasoning_budget"] = budget
+    if req.reasoning_budget_message is not None:
+        kw["reasoning_budget_message"] = req.reasoning_budget_message
+    return kw
+
+
 def from_request(req: ChatRequest, session_header: str | None) -> Call:
     """The Runtime call for a decoded request; ApiError(400) for what the API refuses itself."""
     if req.n is not None and req.n != 1:
@@ -111,6 +137,7 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         kw["max_tokens"] = limit
     if req.stop is not None:
         kw["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
+    kw.update(_reasoning(req))
     extras: dict[str, Any] = {}
     if req.tools:  # an empty list, or a tool_choice without tools, asks for nothing
         extras["tools"] = req.tools
@@ -187,7 +214,9 @@ def response(reply: Reply, *, request_id: str, model: str) -> ChatResponse:
         choices=[
             ChatChoice(
                 index=0,
-                message=ResponseMessage(content=content, tool_calls=calls),
+                message=ResponseMessage(
+                    content=content, tool_calls=calls, reasoning_content=reply.reasoning or msgspec.UNSET
+                ),
                 finish_reason=finish_reason(reply),
             )
         ],

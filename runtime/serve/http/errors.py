@@ -65,6 +65,8 @@ def to_api_error(exc: BaseException) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, msgspec.ValidationError):
+        if isinstance(exc.__cause__, TurnstileError):  # a check in a Struct's __post_init__ (bad sampling, …)
+            return to_api_error(exc.__cause__)
         return ApiError.bad_request(f"invalid request body: {exc}")
     if isinstance(exc, msgspec.DecodeError):
         return ApiError.bad_request(f"malformed JSON: {exc}")

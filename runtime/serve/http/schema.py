@@ -67,6 +67,7 @@ class ChatMessage(msgspec.Struct, kw_only=True):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None  # an assistant message's reasoning, given back to the template
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -99,6 +100,13 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    # thinking models, as llama-server: "none" keeps the reasoning in the content, "auto" / "deepseek" split it
+    reasoning_format: Literal["none", "auto", "deepseek"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None  # "none" turns thinking off; other levels go to the template
+    reasoning_budget_tokens: int | None = None  # llama-server's: -1 no limit, 0 close at once, N tokens
+    thinking_budget_tokens: int | None = None  # its older name
+    reasoning_budget_message: str | None = None
 
 
 # --- reply -----------------------------------------------------------------------------------------
@@ -121,6 +129,7 @@ class ResponseMessage(msgspec.Struct, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | msgspec.UnsetType = msgspec.UNSET  # left out when the reply has no reasoning
 
 
 class ChatChoice(msgspec.Struct, kw_only=True):
@@ -153,6 +162,7 @@ class ToolCallDelta(msgspec.Struct, kw_only=True):
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 

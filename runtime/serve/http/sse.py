@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.reasoning import Reasoning
 from runtime.reply import Reply
 from runtime.serve.http import convert
 from runtime.serve.http.errors import ApiError
@@ -47,6 +48,9 @@ class ChunkWriter:
         return "assistant"
 
     def piece(self, text: str) -> bytes:
+        """A streamed piece: `Reasoning` pieces are `delta.reasoning_content`, the answer `delta.content`."""
+        if isinstance(text, Reasoning):
+            return self._chunk(Delta(role=self._role(), reasoning_content=str(text)))
         return self._chunk(Delta(role=self._role(), content=text))
 
     def end(self, reply: Reply, *, include_usage: bool) -> bytes:
