@@ -16,7 +16,7 @@ import msgspec
 
 from caches.disk.tier import DiskTier, DiskTierStats
 from caches.prompt_cache import default_limit_bytes
-from runtime.backend.protocol import SlotBackend
+from runtime.backend.protocol import SlotBackend, SlotStats
 from runtime.config import EngineConfig
 from runtime.errors import DiskTierUnavailable, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
@@ -43,11 +43,12 @@ _ENGINE_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)} - {"n_ctx", 
 _AFFINITY = {"ram": 1, "disk": 0, "none": 0}
 
 
-class RuntimeStats(msgspec.Struct, frozen=True):
-    """Counters of the scheduler, the slot and its caches."""
+class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of the scheduler, the slot and its caches, and the store's session count: all read from
+    memory (no I/O, no wait for the worker or a disk write), so the event loop may take them at any time."""
 
     scheduler: SchedulerStats
-    slot: Any  # `SlotStats` for the llama.cpp backend
+    slot: SlotStats
     disk: DiskTierStats | None
     sessions: int
 
@@ -440,7 +441,7 @@ class Runtime(SessionOps):
             scheduler=self.scheduler.stats(),
             slot=self.backend.stats(),
             disk=self.backend.disk_stats(),
-            sessions=len(self.store.list()),
+            sessions=self.store.count(),
         )
 
 
