@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+import msgspec
+
 from caches.blocks import plan_held_evictions
 from caches.tokens import f32 as _f32
 from caches.tokens import fdiv as _fdiv
@@ -193,8 +195,7 @@ class Entry(Generic[S]):
     state: S
 
 
-@dataclass(frozen=True, slots=True)
-class PromptCacheStats:
+class PromptCacheStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of a `PromptCache`'s contents and counters."""
 
     entries: int

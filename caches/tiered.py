@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
+import msgspec
+
 from caches.disk.format import Buffer
 from caches.disk.tier import DiskTier
 from caches.prompt_cache import Entry, PromptCache, pick_better
@@ -53,8 +55,7 @@ class Swap:
     restored: int
 
 
-@dataclass(frozen=True, slots=True)
-class TieredCacheStats:
+class TieredCacheStats(msgspec.Struct, frozen=True, kw_only=True):
     """Loads by tier and what RAM holds now."""
 
     swaps: int

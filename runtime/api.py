@@ -14,7 +14,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import SlotBackend
+from runtime.backend.protocol import SlotBackend, SlotStats
 from runtime.config import EngineConfig, EngineOptions, LoopOptions, RuntimeConfig
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
@@ -44,11 +44,12 @@ T = TypeVar("T")
 _AFFINITY = {"ram": 1, "disk": 0, "none": 0}
 
 
-class RuntimeStats(msgspec.Struct, frozen=True):
-    """Counters of the scheduler, the slot and its caches."""
+class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of the scheduler, the slot and its caches, and the store's session count: all read from
+    memory (no I/O, no wait for the worker or a disk write), so the event loop may take them at any time."""
 
     scheduler: SchedulerStats
-    slot: Any  # `SlotStats` for the llama.cpp backend
+    slot: SlotStats
     disk: DiskTierStats | None
     sessions: int
 
@@ -393,7 +394,7 @@ class Runtime(SessionOps):
             scheduler=self.scheduler.stats(),
             slot=self.backend.stats(),
             disk=self.backend.disk_stats(),
-            sessions=len(self.store.list()),
+            sessions=self.store.count(),
         )
 
 

@@ -6,6 +6,9 @@ interleaved with another writer's: `LockedStore` does that by holding a lock (me
 the Redis store by WATCH/MULTI, re-running `fn` when another writer came first (so `fn` must not have
 side effects beyond the view). Everything else, including the revision check and the history
 operations, lives here so every store behaves alike.
+
+`count()` is the one figure read on the event loop (`Runtime.stats()`, `/metrics`): each store keeps it in
+memory as its transactions go, so reading it does no I/O and waits for no lock; `list()` is the scan.
 """
 
 from __future__ import annotations
@@ -80,6 +83,10 @@ class StoreBase(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the store's resources."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """How many sessions the store holds, kept in memory: no I/O, no wait (each store says how current)."""
 
     def _place(self) -> dict[str, str]:
         """Where the store keeps its records, as log fields (`directory=...`, `location=...`)."""
@@ -315,7 +322,12 @@ class StoreBase(ABC):
 
 
 class LockedStore(StoreBase):
-    """A store whose transactions hold a lock (`_atomic`) over direct reads and writes."""
+    """A store whose transactions hold a lock (`_atomic`) over direct reads and writes.
+
+    `count()` is the figure `_recount()` gave at the end of the last transaction that wrote (and at open).
+    """
+
+    _count = 0
 
     @abstractmethod
     def _write(self, session: Session) -> None:
@@ -329,9 +341,27 @@ class LockedStore(StoreBase):
     def _atomic(self) -> AbstractContextManager[None]:
         """Hold off every other writer (threads and processes) for a read-modify-write."""
 
+    @abstractmethod
+    def _recount(self) -> int:
+        """How many sessions the store holds now (in a transaction: with its writes)."""
+
+    def count(self) -> int:
+        return self._count
+
     def _transact(self, fn: Callable[[Records], T]) -> T:
-        with self._atomic():
-            return fn(_Direct(self))
+        mine = None
+        try:
+            with self._atomic():
+                before = self._count
+                view = _Direct(self)
+                result = fn(view)
+                if view.changed:  # set under the lock, so writers set it in the order they commit
+                    self._count = mine = self._recount()
+        except BaseException:
+            if mine is not None and self._count == mine:  # the commit failed: nothing changed
+                self._count = before
+            raise
+        return result
 
 
 class _Direct:
@@ -339,6 +369,7 @@ class _Direct:
 
     def __init__(self, store: LockedStore) -> None:
         self._store = store
+        self.changed = False
 
     def read(self, id: str) -> Session | None:
         return self._store._read(id)
@@ -347,7 +378,10 @@ class _Direct:
         return self._store._contains(id)
 
     def write(self, session: Session) -> None:
+        self.changed = True
         self._store._write(session)
 
     def remove(self, id: str) -> bool:
-        return self._store._remove(id)
+        removed = self._store._remove(id)
+        self.changed = self.changed or removed
+        return removed

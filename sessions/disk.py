@@ -8,6 +8,10 @@ killed mid-write leaves the old record or the new one. Eviction is off: a store 
 session on its own. A directory or database that cannot be used (missing rights, read-only, not a
 database, damaged) raises `StoreUnavailable` at open or at the operation that finds out, with the
 transaction rolled back; no sqlite3 error escapes.
+
+`count()` is diskcache's row count (kept by SQLite triggers in every write transaction, so it is the
+directory's, shared by every process), read at open and again inside each transaction that writes: it
+includes other processes' writes as of this store's last write, and costs nothing to read.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class DiskStore(LockedStore):
                 statistics=False,
                 tag_index=False,
             )
+            self._count = len(self._cache)
         # diskcache keeps one transaction id per Cache object, so threads of one process take turns
         # here; SQLite's write lock (BEGIN IMMEDIATE) orders them against other processes.
         self._lock = threading.Lock()
@@ -117,6 +122,10 @@ class DiskStore(LockedStore):
                 what = "a pickled key" if not raw else f"a {type(key).__name__} key that is not a session id"
                 log.warning("store.bad_key", directory=self.directory, rowid=rowid, reason=f"{what}; skipped")
         return ids
+
+    def _recount(self) -> int:
+        with self._guard():
+            return len(self._cache)  # one indexed read of diskcache's Settings row
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:

@@ -8,6 +8,18 @@ Redis errors never escape: an unreachable, read-only, full or password-protected
 `StoreUnavailable` naming the server (never its password); a key that holds something other than a
 sound record is `SessionCorrupt` for that id. Uses the `redis` client's sync API; a caller on an event
 loop runs the store in a worker thread, like every store.
+
+The session count is a counter key beside the sessions, `<prefix without its last ':'>#count` (a `#` is
+never in a session id; for a prefix that ends in ':' the key is outside it, and listing skips it anyway),
+shared by every process that uses the prefix: each transaction that creates or removes sessions adds the
+difference (INCRBY) in the same MULTI/EXEC, so it holds across processes and crashes exactly as the
+sessions do, and every other write reads it back (GET) in its MULTI. `count()` returns the figure the
+store's last write (or its open) got back, from memory: it runs no command, so it never SCANs; another
+process's changes show once this store next writes. The key is made once per keyspace: a store that
+opens a prefix without it counts the sessions already there in one server-side script (a SCAN, atomic,
+so no concurrent write is missed) and stores the figure; a `FLUSHDB` removes it with the sessions. A
+session key set or deleted other than through a store (a `DEL`, an expiry, an older turnstile) is not
+counted: the figure is then off until the counter key is deleted and a store opens again.
 """
 
 from __future__ import annotations
@@ -32,6 +44,22 @@ DEFAULT_PREFIX = "turnstile:session:"
 # A read-modify-write that loses this many races in a row gives up (StoreUnavailable).
 _MAX_RACES = 1000
 _GLOB_SPECIAL = frozenset("*?[]\\")
+# The counter key's value, or the sessions under the prefix counted (and stored, if ARGV[2] is "1") when it is
+# missing; atomic, like every script.
+_COUNT_SESSIONS = """
+local n = redis.call('GET', KEYS[1])
+if n then return tonumber(n) end
+local count, cursor = 0, '0'
+repeat
+  local reply = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = reply[1]
+  for _, key in ipairs(reply[2]) do
+    if key ~= KEYS[1] then count = count + 1 end
+  end
+until cursor == '0'
+if ARGV[2] == '1' then redis.call('SET', KEYS[1], count) end
+return count
+"""
 
 
 class RedisStore(StoreBase):
@@ -58,6 +86,8 @@ class RedisStore(StoreBase):
         self._client = client
         self._close_client = close_client
         self._pattern = "".join("\\" + c if c in _GLOB_SPECIAL else c for c in prefix) + "*"
+        self.count_key = (prefix.removesuffix(":") + "#count").encode()
+        self._count = self._open_count()
 
     @classmethod
     def from_url(
@@ -97,6 +127,23 @@ class RedisStore(StoreBase):
         """Close the client's connections if the store made the client (`from_url`); else leave it open."""
         if self._close_client:
             self._client.close()
+
+    def count(self) -> int:
+        """The shared session count as this store's last write (or its open) saw it: no command is run."""
+        return self._count
+
+    def _open_count(self) -> int:
+        """The counter key's value; made from the sessions already there if it is missing (once per keyspace).
+        A read-only server (a replica) gets the count without storing it."""
+        run: Callable[..., object] = self._client.eval  # untyped in some redis versions
+        with self._guard():
+            try:
+                n = run(_COUNT_SESSIONS, 1, self.count_key, self._pattern, "1")
+            except redis.ReadOnlyError:
+                n = run(_COUNT_SESSIONS, 1, self.count_key, self._pattern, "0")
+        if not isinstance(n, int):  # pragma: no cover - a Lua number is always an integer reply
+            raise StoreUnavailable(self.location, f"the session count script returned {n!r}")
+        return n
 
     # --- primitives ---------------------------------------------------------------------------------
 
@@ -138,6 +185,8 @@ class RedisStore(StoreBase):
         with self._guard():
             keys = builtins.list(self._client.scan_iter(match=self._pattern, count=1000))
         for key in keys:
+            if key == self.count_key:  # under the pattern only for a prefix that does not end in ':'
+                continue
             id = key[len(self.prefix.encode()) :].decode(errors="replace")
             try:
                 ids.add(check_session_id(id))
@@ -157,12 +206,17 @@ class RedisStore(StoreBase):
 
 
 class _Watched:
-    """`Records` in a Redis transaction: reads WATCH their keys, writes wait for `commit` (MULTI/EXEC)."""
+    """`Records` in a Redis transaction: reads WATCH their keys, writes wait for `commit` (MULTI/EXEC).
+
+    It knows which keys exist (every write follows a read of its key; a write that does not gets one), so
+    `commit` adds the change in the session count to the counter key in the same MULTI/EXEC."""
 
     def __init__(self, store: RedisStore, pipe: redis.client.Pipeline) -> None:
         self._store = store
         self._pipe = pipe
         self._writes: dict[bytes, bytes | None] = {}
+        self._present: dict[bytes, bool] = {}  # watched keys: whether they exist, with this transaction's writes
+        self._delta = 0  # sessions created less sessions removed
 
     def _watch(self, id: str) -> bytes:
         key = self._store._key(id)
@@ -173,20 +227,32 @@ class _Watched:
         return key
 
     def read(self, id: str) -> Session | None:
-        self._watch(id)
-        return self._store._get(self._pipe, id)
+        key = self._watch(id)
+        session = self._store._get(self._pipe, id)
+        self._present[key] = session is not None
+        return session
 
     def contains(self, id: str) -> bool:
-        return bool(self._pipe.exists(self._watch(id)))
+        key = self._watch(id)
+        self._present[key] = found = bool(self._pipe.exists(key))
+        return found
 
     def write(self, session: Session) -> None:
-        self._writes[self._store._key(session.id)] = encode_record(session)
+        key = self._store._key(session.id)
+        if key not in self._present:
+            self.contains(session.id)
+        if not self._present[key]:
+            self._present[key] = True
+            self._delta += 1
+        self._writes[key] = encode_record(session)
 
     def remove(self, id: str) -> bool:
-        key = self._watch(id)
-        if not self._pipe.exists(key):
+        if not self.contains(id):
             return False
+        key = self._store._key(id)
         self._writes[key] = None
+        self._present[key] = False
+        self._delta -= 1
         return True
 
     def commit(self) -> bool:
@@ -199,11 +265,17 @@ class _Watched:
                 self._pipe.delete(key)
             else:
                 self._pipe.set(key, value)
+        count_key = self._store.count_key
+        if self._delta:
+            self._pipe.incrby(count_key, self._delta)
+        else:
+            self._pipe.get(count_key)
         try:
-            self._pipe.execute()
+            replies = self._pipe.execute()
         except redis.WatchError:
             log.debug("session.race", keys=[k.decode() for k in self._writes])
             return False
+        self._store._count = int(replies[-1] or 0)  # a missing key (the keyspace flushed): 0
         return True
 
 

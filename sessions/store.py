@@ -39,6 +39,12 @@ class SessionStore(Protocol):
 
     def list(self) -> builtins.list[str]: ...
 
+    def count(self) -> int:
+        """How many sessions the store holds, kept in memory: no I/O and no wait, so an event loop may ask
+        at any time (`Runtime.stats()`, `/metrics`). Exact for this store's own writes; with several
+        processes on one directory or server, what the shared count was at this store's last write."""
+        ...
+
     def delete(self, id: str) -> None: ...
 
     def put(self, session: Session, *, expected_revision: int) -> Session: ...
@@ -69,7 +75,9 @@ class SessionStore(Protocol):
 
 
 class MemoryStore(LockedStore):
-    """Sessions in a dict guarded by a lock, kept as msgpack bytes so no caller shares a value with it."""
+    """Sessions in a dict guarded by a lock, kept as msgpack bytes so no caller shares a value with it.
+
+    `count()` is the dict's length (always exact)."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock=clock)
@@ -92,6 +100,12 @@ class MemoryStore(LockedStore):
     def _ids(self) -> builtins.list[str]:
         with self._lock:
             return builtins.list(self._records)
+
+    def _recount(self) -> int:
+        return len(self._records)
+
+    def count(self) -> int:
+        return len(self._records)
 
     @contextmanager
     def _atomic(self) -> Iterator[None]:

@@ -58,7 +58,9 @@ def store(server: RedisServer, client: redis.Redis) -> Iterator[RedisStore]:
 def test_each_session_is_one_checksummed_string(store: RedisStore, client: redis.Redis) -> None:
     created = store.create("s", system="sys")
     turned = store.append_turn("s", "hi", "hello")
-    assert client.keys("*") == [b"turnstile:session:s"] and DEFAULT_PREFIX == "turnstile:session:"
+    # one string per session, and beside the prefix the sessions' count (sessions/redis.py)
+    assert sorted(client.keys("*")) == [b"turnstile:session#count", b"turnstile:session:s"]
+    assert DEFAULT_PREFIX == "turnstile:session:" and client.get("turnstile:session#count") == b"1"
     assert client.type("turnstile:session:s") == b"string"
     record = client.get("turnstile:session:s")
     assert record == encode_record(turned) and record[: len(MAGIC)] == MAGIC
@@ -82,7 +84,10 @@ def test_prefixes_keep_stores_apart(server: RedisServer, client: redis.Redis) ->
         assert a.get("s").system == "in a" and b.get("s").system == "in b"
         a.delete("s")
         assert not a.exists("s") and b.exists("s")
-    assert sorted(client.keys("*")) == [b"b:s", b"b:t", b"unrelated", b"x1yz:s", b"x[1]*?:s"]
+    assert sorted(client.keys("*")) == [
+        *(b"a#count", b"b#count", b"b:s", b"b:t", b"unrelated", b"x1yz:s", b"x[1]*?#count", b"x[1]*?:s")
+    ]
+    assert [client.get(k) for k in (b"a#count", b"b#count", b"x[1]*?#count")] == [b"0", b"2", b"1"]
 
 
 def test_keys_that_are_not_session_ids_are_skipped(store: RedisStore, client: redis.Redis) -> None:

@@ -24,6 +24,7 @@ object or process wrote, it refreshes the digests the log names (a full reload i
 The byte limit is our own accounting (diskcache's eviction is off; SQLite's pages are not counted):
 after each `put`, in its transaction, and at open, the least recently used entries go until the
 records' bytes (state + index) fit. A write that fails (a full disk) removes its files, changes nothing.
+The counters live outside the write lock (`disk.stats`): `stats()` never waits for a `put`, never does I/O.
 
 A record that is damaged (checksum, truncated, lengths), of another format version, another model
 fingerprint or other context settings is removed, logged (`disk_tier.rejected`, with a `reason`) and
@@ -40,8 +41,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from caches.disk.format import (
@@ -58,6 +58,7 @@ from caches.disk.format import (
     tokens_to_bytes,
 )
 from caches.disk.mirror import Item, Mirror
+from caches.disk.stats import DiskTierStats, TierCounters
 from caches.disk.store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
 from runtime.errors import DiskTierUnavailable, InvalidConfig, MissingValueFile, UnsafeRecord
@@ -66,24 +67,6 @@ from runtime.log import get_logger
 __all__ = ["DiskTier", "DiskTierStats", "DiskTierUnavailable"]
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class DiskTierStats:
-    """A snapshot: what the directory holds (`entries`, `bytes`) and this object's counters."""
-
-    entries: int
-    bytes: int
-    limit_bytes: int
-    puts: int
-    hits: int
-    misses: int
-    evictions: int
-    replaced: int
-    """Entries dropped because a `put` held them whole."""
-    rejected: int
-    bytes_written: int
-    bytes_read: int
 
 
 def _why(e: BaseException) -> str:
@@ -112,12 +95,16 @@ class DiskTier:
         fingerprint: str,
         settings: str | bytes = "",
         limit_bytes: int = 4 << 30,
+        mid_put: Callable[[], None] | None = None,
     ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
 
-        Loads the index, removes what this tier cannot use and files that belong to no entry (a writer
-        killed mid-put), and evicts down to `limit_bytes`. Raises
-        `DiskTierUnavailable` if the directory cannot be used (read-only, not a directory, damaged).
+        `mid_put` (for tests) is called inside every `put`'s write transaction once its rows are written and
+        before they commit, with the tier's lock held: a test holds a put mid-write with it.
+
+        Loads the index, removes what this tier cannot use and files that belong to no entry (a writer killed
+        mid-put), and evicts down to `limit_bytes`. Raises `DiskTierUnavailable` if the directory cannot be
+        used (read-only, not a directory, damaged).
         """
         if limit_bytes < 0:
             raise InvalidConfig("limit_bytes must be >= 0 (0: no limit)")
@@ -129,8 +116,8 @@ class DiskTier:
         self._lock = threading.RLock()
         self._m = Mirror(self._fp, settings)
         self._seq = -1  # the change counter the in-memory index reflects; -1: reload
-        self._puts = self._hits = self._misses = self._evictions = 0
-        self._replaced = self._rejected = self._written = self._read = 0
+        self._n = TierCounters(limit_bytes)
+        self._mid_put = mid_put
         self._store = TierStore(self.directory)
         try:
             with self._lock, self._write():
@@ -168,8 +155,7 @@ class DiskTier:
         try:
             with self._lock:
                 self._put(d, toks, parts, index, nbytes)
-                self._puts += 1
-                self._written += nbytes
+            self._n.add(puts=1, written=nbytes)
         except WRITE_ERRORS as e:
             log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=_why(e))
             return False
@@ -190,9 +176,11 @@ class DiskTier:
             for od in self._m.trie.prefixes(toks):
                 log.debug("disk_tier.replaced", key=od, n_tokens=len(self._m.items[od].tokens))
                 self._delete(od)
-                self._replaced += 1
+                self._n.add(replaced=1)
             self._m.add(d, Item(toks, nbytes), format_usage(stamp, nbytes))
             self._evict_over_limit(keep=d)
+            if self._mid_put is not None:
+                self._mid_put()
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], memoryview] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
@@ -222,8 +210,7 @@ class DiskTier:
                     return list(item.tokens), payload
         except STORE_ERRORS as e:
             log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
-        with self._lock:
-            self._misses += 1
+        self._n.add(misses=1)
         return None
 
     def remove(self, tokens: Sequence[int]) -> bool:
@@ -252,10 +239,9 @@ class DiskTier:
             return self._m.total
 
     def stats(self) -> DiskTierStats:
-        with self._lock:
-            self._sync_quietly()
-            counters = (self._puts, self._hits, self._misses, self._evictions, self._replaced, self._rejected)
-            return DiskTierStats(len(self._m), self._m.total, self.limit_bytes, *counters, self._written, self._read)
+        """The counters and the contents as of this tier's last completed operation (`disk.stats`): no I/O,
+        and no wait for a write in progress, so the event loop may call it at any time."""
+        return self._n.snapshot()
 
     def close(self) -> None:
         self._store.close()
@@ -269,11 +255,8 @@ class DiskTier:
     # -- staying in line with the directory (callers hold self._lock) -----------------------------------
 
     def _digest(self, token_bytes: bytes) -> str:
-        h = hashlib.blake2b(digest_size=20)
-        h.update(len(self._fp).to_bytes(4, "little"))
-        h.update(self._fp)
-        h.update(token_bytes)
-        return h.hexdigest()
+        fp = self._fp
+        return hashlib.blake2b(len(fp).to_bytes(4, "little") + fp + token_bytes, digest_size=20).hexdigest()
 
     def _sync(self) -> None:
         """Lock held. If anyone wrote since we last looked, catch up (inside a write transaction, so that
@@ -309,6 +292,7 @@ class DiskTier:
             self._seq = -1  # the in-memory index may hold what was rolled back: reload next time
             raise
         self._seq = txn.seq
+        self._n.publish(len(self._m), self._m.total)
 
     def _reload(self) -> None:
         """Lock and transaction held. Rebuild the mirror from the directory, three range queries; remove
@@ -367,12 +351,12 @@ class DiskTier:
         for d in self._m.usage.victims(self.limit_bytes, keep):
             row = self._m.usage.get(d)
             self._delete(d)
-            self._evictions += 1
+            self._n.add(evictions=1)
             log.debug("disk_tier.evicted", key=d, nbytes=row and row[1], total=self._m.total, limit=self.limit_bytes)
 
     def _reject(self, d: str, reason: str, detail: str) -> None:
         """Lock held. Remove an unusable entry and say why."""
-        self._rejected += 1
+        self._n.add(rejected=1)
         log.warning("disk_tier.rejected", reason=reason, detail=detail, key=d, directory=self.directory)
         self._delete(d)
 
@@ -399,9 +383,7 @@ class DiskTier:
             with self._lock, self._write():
                 self._reject(d, *_rejection(e))
             return None
-        with self._lock:
-            self._read += size
-            self._hits += 1
+        self._n.add(hits=1, read=size)
         return rec.payload
 
     def _touch(self, d: str) -> None:

@@ -2,6 +2,6 @@
 (`runtime.backend.protocol`), and the llama.cpp implementation (`runtime.backend.llama`, which loads llama.cpp;
 import it only to build a real backend)."""
 
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotBackend, SlotRequest, SlotResult
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotBackend, SlotRequest, SlotResult, SlotStats
 
-__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult"]
+__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]

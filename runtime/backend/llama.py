@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from caches.disk.tier import DiskTier, DiskTierStats
+from caches.disk.stats import DiskTierStats
+from caches.disk.tier import DiskTier
 from caches.tiered import Location
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.engine import Engine
@@ -155,8 +156,9 @@ class LlamaBackend:
         where: Location = self.slot.cache.where(key)
         return where
 
-    def stats(self) -> Any:
-        return self.slot.stats()
+    def stats(self) -> SlotStats:
+        stats: SlotStats = self.slot.stats()
+        return stats
 
     def disk_stats(self) -> DiskTierStats | None:
         return self.disk.stats() if self.disk is not None else None

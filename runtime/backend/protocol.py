@@ -1,5 +1,6 @@
 """What the Runtime needs from the slot side (`SlotBackend`) and the data that crosses between the two:
-the request and result, the grammar a request carries and a rendered chat. No llama.cpp here.
+the request and result, the grammar a request carries, a rendered chat and the slot's counters
+(`SlotStats`). No llama.cpp here.
 
 `runtime.backend.llama.LlamaBackend` is the real implementation (an engine, its chat template, the slot and
 its tiered cache); `runtime.testing.ScriptedBackend` the other one: scripted replies and gates, no model.
@@ -11,14 +12,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from caches.disk.tier import DiskTierStats
+import msgspec
+
+from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
 from runtime.reasoning import BudgetSpec, ReasoningFormat
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
-__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult"]
+__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]
 
 
 @dataclass(frozen=True)
@@ -90,9 +93,32 @@ class SlotResult:
         return len(self.tokens)
 
 
+class SlotStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A backend's counters since it was made (a snapshot): tokens, where reused states came from, and
+    what its caches hold now. A backend without a cache tier reports 0 for it."""
+
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int  # llama-server's cache_n, summed
+    prefilled_tokens: int  # llama-server's prompt_n, summed
+    generated_tokens: int
+    swaps: int  # prompt cache updates that replaced the slot's state
+    ram_loads: int
+    disk_loads: int
+    checkpoint_restores: int
+    checkpoints: int
+    slot_tokens: int
+    ram_entries: int
+    ram_bytes: int
+    ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
+    draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
+    draft_n_accepted: int = 0
+
+
 class SlotBackend(Protocol):
     """The slot side of a Runtime. `prepare`, `run` and `close` run in the one worker thread;
-    `locate`, `state_key`, `stats` and `disk_stats` are read on the event loop between requests."""
+    `locate`, `state_key`, `stats` and `disk_stats` are read on the event loop at any time, also while a
+    request runs: they read counters in memory, never do I/O and never wait for the worker."""
 
     n_ctx: int
     name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
@@ -158,11 +184,13 @@ class SlotBackend(Protocol):
         """Where a state with this key is, if not in the slot: RAM, disk or none."""
         ...
 
-    def stats(self) -> Any:
-        """The slot's counters (`SlotStats` for `LlamaBackend`)."""
+    def stats(self) -> SlotStats:
+        """The slot's counters."""
         ...
 
-    def disk_stats(self) -> DiskTierStats | None: ...
+    def disk_stats(self) -> DiskTierStats | None:
+        """The disk tier's counters (`DiskTier.stats`, which never waits for a write), or None without one."""
+        ...
 
     def close(self) -> None:
         """Write what should survive to the disk tier and free everything."""

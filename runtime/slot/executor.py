@@ -15,7 +15,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgspec
 import structlog
 
 from caches.blocks import BlockStore
@@ -24,7 +23,7 @@ from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
 from caches.tiered import TieredCache
 from caches.tokens import lcp
-from runtime.backend.protocol import SlotRequest, SlotResult
+from runtime.backend.protocol import SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
@@ -43,27 +42,6 @@ from runtime.slot.stops import StopMatcher
 from runtime.types import SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
 
 log = get_logger(__name__)
-
-
-class SlotStats(msgspec.Struct, frozen=True):
-    """Counters of the slot since it was made."""
-
-    requests: int
-    prompt_tokens: int
-    cached_tokens: int
-    prefilled_tokens: int
-    generated_tokens: int
-    swaps: int  # prompt cache updates that replaced the slot's state
-    ram_loads: int
-    disk_loads: int
-    checkpoint_restores: int
-    checkpoints: int
-    slot_tokens: int
-    ram_entries: int
-    ram_bytes: int
-    ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
-    draft_n: int = 0  # tokens drafted by n-gram speculation
-    draft_n_accepted: int = 0
 
 
 @dataclass

@@ -3,6 +3,6 @@ tiny generated GGUF models (`runtime.testing.tiny_models`, needs the `gguf` pack
 tests and benchmarks share (`runtime.testing.workloads`) and a llama-server process wrapper for oracles
 (`runtime.testing.llama_server`)."""
 
-from runtime.testing.scripted import Gate, ScriptedBackend, ScriptedStats
+from runtime.testing.scripted import Gate, ScriptedBackend
 
-__all__ = ["Gate", "ScriptedBackend", "ScriptedStats"]
+__all__ = ["Gate", "ScriptedBackend"]

@@ -4,6 +4,8 @@ cancellation, timeouts, close, commits) and for overhead benchmarks: no model, n
 `ScriptedBackend` renders a conversation to one token per character of a plain `role: content` text,
 answers with `reply(messages)` (default: `"echo: <last message>"`), streams it a word at a time, and
 keeps the last conversation's tokens as "the slot", so `cached_tokens` behaves like a one-entry cache.
+Its counters are `SlotStats`, as the real backend's (no cache tiers: those read 0); a real `DiskTier` may
+be given (`disk=`) for tests of what reads the tier's stats while something writes to it.
 
 A `Gate` holds a turn inside `run` (in the worker thread) until the test opens it, and tells the test
 when the turn has arrived there:
@@ -26,16 +28,17 @@ from typing import Any
 import anyio
 import anyio.from_thread
 
-from caches.disk.tier import DiskTierStats
+from caches.disk.stats import DiskTierStats
+from caches.disk.tier import DiskTier
 from caches.tiered import Location
 from caches.tokens import lcp
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidRequest
 from runtime.reasoning import ReasoningFormat
 from runtime.tools import GenericFormat, ToolFormat
 from runtime.types import FinishReason
 
-__all__ = ["Gate", "ScriptedBackend", "ScriptedStats"]
+__all__ = ["Gate", "ScriptedBackend"]
 
 
 class Gate:
@@ -65,8 +68,8 @@ class Gate:
         return True
 
 
-class ScriptedStats:
-    """Counters of a `ScriptedBackend`."""
+class _Counts:
+    """What a `ScriptedBackend` counts as it runs (worker thread); `stats()` copies it into a `SlotStats`."""
 
     def __init__(self) -> None:
         self.requests = 0
@@ -88,18 +91,20 @@ class ScriptedBackend:
         *,
         n_ctx: int = 1 << 20,
         reasoning: ReasoningFormat | None = None,
+        disk: DiskTier | None = None,
     ) -> None:
         self.reply = reply
         self.reasoning = reasoning
         self.template_kwargs: dict[str, Any] | None = None
         self.n_ctx = n_ctx
+        self.disk = disk  # only reported (`disk_stats`) and closed; the scripted slot stores nothing in it
         self.name = "scripted"
         self.tokens: list[int] = []
         self.closed = False
         self.runs: list[str] = []  # session ids in the order their turns ran
         self._gates: dict[str, list[Gate]] = {}
         self._prepared: Sequence[dict[str, Any]] = ()  # prepare and run are called back to back, one thread
-        self._n = ScriptedStats()
+        self._n = _Counts()
 
     def hold(self, session_id: str) -> Gate:
         """A gate that the next (not yet held) turn of `session_id` waits at."""
@@ -215,11 +220,28 @@ class ScriptedBackend:
     def locate(self, key: int) -> Location:
         return "none"
 
-    def stats(self) -> ScriptedStats:
-        return self._n
+    def stats(self) -> SlotStats:
+        n = self._n
+        return SlotStats(
+            requests=n.requests,
+            prompt_tokens=n.prompt_tokens,
+            cached_tokens=n.cached_tokens,
+            prefilled_tokens=n.prompt_tokens - n.cached_tokens,
+            generated_tokens=n.generated_tokens,
+            swaps=0,
+            ram_loads=0,
+            disk_loads=0,
+            checkpoint_restores=0,
+            checkpoints=0,
+            slot_tokens=len(self.tokens),
+            ram_entries=0,
+            ram_bytes=0,
+        )
 
     def disk_stats(self) -> DiskTierStats | None:
-        return None
+        return self.disk.stats() if self.disk is not None else None
 
     def close(self) -> None:
         self.closed = True
+        if self.disk is not None:
+            self.disk.close()

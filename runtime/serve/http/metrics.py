@@ -1,9 +1,13 @@
-"""GET /metrics: the Runtime's counters and the HTTP counters in the Prometheus text format (0.0.4)."""
+"""GET /metrics: the Runtime's counters and the HTTP counters in the Prometheus text format (0.0.4).
+
+Rendering runs on the event loop and reads only counters kept in memory (`Runtime.stats()`: the
+scheduler's, the slot's, the disk tier's and the store's session count), so a scrape never waits for a
+disk write, a store's I/O or the slot's worker.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from runtime.serve.http.state import ServeState
 
@@ -11,9 +15,8 @@ __all__ = ["CONTENT_TYPE", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-_OUTCOMES = ("completed", "failed", "cancelled", "timed_out", "rejected")
-_TOKENS = ("prompt", "cached", "prefilled", "generated")
-_LOADS = {"ram": "ram_loads", "disk": "disk_loads", "checkpoint": "checkpoint_restores"}
+Labels = dict[str, str | int]
+Samples = Iterable[tuple[Labels, int | float]]
 
 
 def _label(value: object) -> str:
@@ -24,7 +27,7 @@ class _Text:
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def metric(self, name: str, kind: str, help_: str, samples: Iterable[tuple[dict[str, Any], float | int]]) -> None:
+    def metric(self, name: str, kind: str, help_: str, samples: Samples) -> None:
         rows = list(samples)
         if not rows:
             return
@@ -56,42 +59,47 @@ def render(state: ServeState) -> str:
     if rt is None:
         return "\n".join(out.lines) + "\n"
     st = rt.stats()
-    sch = st.scheduler
+    sch, slot, disk = st.scheduler, st.slot, st.disk
     out.metric("queue_depth", "gauge", "requests waiting in the queue", [({}, sch.queued)])
     out.metric("requests_running", "gauge", "requests running on the slot", [({}, sch.running)])
-    out.metric(
-        "requests_total",
-        "counter",
-        "requests by outcome",
-        [({"outcome": o}, getattr(sch, o)) for o in _OUTCOMES],
-    )
-    slot = st.slot
+    outcomes = {
+        "completed": sch.completed,
+        "failed": sch.failed,
+        "cancelled": sch.cancelled,
+        "timed_out": sch.timed_out,
+        "rejected": sch.rejected,
+    }
+    out.metric("requests_total", "counter", "requests by outcome", (({"outcome": o}, n) for o, n in outcomes.items()))
+    tokens = {
+        "prompt": slot.prompt_tokens,
+        "cached": slot.cached_tokens,
+        "prefilled": slot.prefilled_tokens,
+        "generated": slot.generated_tokens,
+    }
     out.metric(
         "tokens_total",
         "counter",
         "prompt tokens, of them cached and prefilled, and generated tokens",
-        [({"kind": k}, getattr(slot, f"{k}_tokens")) for k in _TOKENS if hasattr(slot, f"{k}_tokens")],
+        (({"kind": k}, n) for k, n in tokens.items()),
     )
+    loads = {"ram": slot.ram_loads, "disk": slot.disk_loads, "checkpoint": slot.checkpoint_restores}
     out.metric(
         "cache_loads_total",
         "counter",
         "states loaded into the slot by where they came from",
-        [({"source": s}, getattr(slot, a)) for s, a in _LOADS.items() if hasattr(slot, a)],
+        (({"source": s}, n) for s, n in loads.items()),
     )
-    tiers: list[tuple[dict[str, Any], int]] = []
-    if hasattr(slot, "ram_bytes"):
-        tiers.append(({"tier": "ram"}, slot.ram_bytes))
-    if st.disk is not None:
-        tiers.append(({"tier": "disk"}, st.disk.bytes))
+    tiers: list[tuple[Labels, int]] = [({"tier": "ram"}, slot.ram_bytes)]
+    entries: list[tuple[Labels, int]] = [({"tier": "ram"}, slot.ram_entries)]
+    if disk is not None:
+        tiers.append(({"tier": "disk"}, disk.bytes))
+        entries.append(({"tier": "disk"}, disk.entries))
     out.metric("state_bytes", "gauge", "bytes of cached states by tier", tiers)
-    entries: list[tuple[dict[str, Any], int]] = []
-    if hasattr(slot, "ram_entries"):
-        entries.append(({"tier": "ram"}, slot.ram_entries))
-    if st.disk is not None:
-        entries.append(({"tier": "disk"}, st.disk.entries))
     out.metric("state_entries", "gauge", "cached states by tier", entries)
-    if hasattr(slot, "draft_n"):
-        drafts = [({"kind": "drafted"}, slot.draft_n), ({"kind": "accepted"}, slot.draft_n_accepted)]
-        out.metric("draft_tokens_total", "counter", "tokens drafted by n-gram speculation, and accepted", drafts)
+    drafts: list[tuple[Labels, int]] = [
+        ({"kind": "drafted"}, slot.draft_n),
+        ({"kind": "accepted"}, slot.draft_n_accepted),
+    ]
+    out.metric("draft_tokens_total", "counter", "tokens drafted by n-gram speculation, and accepted", drafts)
     out.metric("sessions", "gauge", "sessions in the store", [({}, st.sessions)])
     return "\n".join(out.lines) + "\n"
