@@ -113,7 +113,16 @@ class _RenderOnly:
         self.n_ctx = N_CTX
         self.prompts = PromptRenderer(eng.template, lambda text, special: eng.tokenize(text, add_special=special))
 
-    def prepare(self, messages: Any, session_id: str | None = None, *, spans: bool = True) -> Any:
+    def prepare(
+        self,
+        messages: Any,
+        session_id: str | None = None,
+        *,
+        spans: bool = True,
+        tools: Any = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        assert tools is None and not template_kwargs  # the plan's conversation offers no tools, sets no variables
         return self.prompts.render(messages, session_id)
 
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import _workload as w
+from benchmarks import _cli
 from caches import kvstate
 from caches.blocks import BlockStore, StoredState
 from runtime.config import EngineConfig
@@ -88,7 +88,7 @@ def storage(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dic
     memory = kvstate.memory_of(str(eng.kind), eng.n_swa)
     stores = _Stores(sizes, (eng.fingerprint + eng.settings_key).encode())
     prefix = _text_tokens(eng, "system", args.prefix)
-    w.progress(f"prefilling the {len(prefix)}-token prefix")
+    _cli.progress(f"prefilling the {len(prefix)}-token prefix")
     eng.clear()
     _decode(eng, prefix, 0)
     history: dict[str, list[int]] = {}
@@ -107,7 +107,7 @@ def storage(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dic
             history[key] += new
             unique += len(new)
             stores.put(key, history[key], eng.state_get(), memory)
-        w.progress(f"turn {turn + 1}/{args.turns} done ({time.perf_counter() - t0:.0f} s)")
+        _cli.progress(f"turn {turn + 1}/{args.turns} done ({time.perf_counter() - t0:.0f} s)")
     for f in range(args.forks):
         key = f"fork{f}"
         new = _text_tokens(eng, f"{key} of agent0", args.turn_tokens)
@@ -206,9 +206,9 @@ def assembly(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[di
     tokens = _text_tokens(eng, "document", args.assembly_tokens)
     saved = Path(args.state_file) if args.state_file else None
     if saved is not None and saved.is_file() and eng.state_set(saved.read_bytes()):
-        w.progress(f"state loaded from {saved}")
+        _cli.progress(f"state loaded from {saved}")
     else:
-        w.progress(f"prefilling {len(tokens)} tokens")
+        _cli.progress(f"prefilling {len(tokens)} tokens")
         eng.clear()
         _decode(eng, tokens, 0)
         if saved is not None:
@@ -230,7 +230,7 @@ def assembly(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[di
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("shared-prefix", __doc__)
+    ap = _cli.parser("shared-prefix", __doc__)
     ap.add_argument("--agents", type=int, default=16)
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--prefix", type=int, default=1500, help="tokens of the shared system prompt")
@@ -266,8 +266,8 @@ def main(argv: list[str]) -> None:
     }
     with Engine(model, cfg) as eng:
         if not args.skip_storage:
-            w.write("shared-prefix", storage(args, eng, sizes), params=params, out=args.out, columns=COLUMNS)
+            _cli.write("shared-prefix", storage(args, eng, sizes), params=params, out=args.out, columns=COLUMNS)
         if args.assembly_tokens:
             rows = assembly(args, eng, sizes)
             params = {**params, "assembly_tokens": args.assembly_tokens, "repeat": args.repeat}
-            w.write("shared-prefix-assembly", rows, params=params, out=args.out, columns=SPEED_COLUMNS)
+            _cli.write("shared-prefix-assembly", rows, params=params, out=args.out, columns=SPEED_COLUMNS)

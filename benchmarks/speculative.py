@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import _cli
 from benchmarks import _workload as w
 from runtime.llama.models import default_model_path
 from runtime.slot.ngram import NgramIndex
+from runtime.testing import workloads
 from runtime.testing.llama_server import LlamaServer
 from runtime.testing.workloads import Messages
 
@@ -225,7 +227,7 @@ def run_copy(system: System, runs: int) -> list[Turn]:
 def run_agent(system: System, turns: int, max_tokens: int = 128) -> list[Turn]:
     replies: dict[tuple[int, int], str] = {}
     out = []
-    for c, t in w.schedule(6, turns):
+    for c, t in workloads.schedule(6, turns):
         r = system.turn(agent_messages(c, t, replies), max_tokens)
         replies[c, t] = r.text
         out.append(r)
@@ -235,8 +237,8 @@ def run_agent(system: System, turns: int, max_tokens: int = 128) -> list[Turn]:
 def run_chat(system: System, turns: int, max_tokens: int = 48) -> list[Turn]:
     replies: dict[tuple[int, int], str] = {}
     out = []
-    for c, t in w.schedule(6, turns):
-        r = system.turn(w.messages(c, t, replies), max_tokens)
+    for c, t in workloads.schedule(6, turns):
+        r = system.turn(workloads.messages(c, t, replies), max_tokens)
         replies[c, t] = r.text
         out.append(r)
     return out
@@ -268,7 +270,7 @@ COLUMNS = [
 
 
 def main(argv: list[str]) -> None:
-    ap = w.parser("speculative", __doc__)
+    ap = _cli.parser("speculative", __doc__)
     ap.add_argument("--reps", type=int, default=3, help="repetitions (systems alternate within each)")
     ap.add_argument("--copy-runs", type=int, default=2, help="measured copy requests per repetition")
     ap.add_argument("--agent-turns", type=int, default=2, help="turns per agent conversation")
@@ -279,7 +281,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="compare with llama-server's ngram-map-k")
     ap.add_argument("--out", default=None, metavar="DIR")
     args = ap.parse_args(argv)
-    w.check_binary(ap, args.llama_server)
+    _cli.check_binary(ap, args.llama_server)
     model = Path(args.model) if args.model else default_model_path()
     settings = w.Settings(model=model, n_ctx=args.n_ctx, threads=args.threads)
     makers: list[tuple[str, Callable[[], System]]] = [
@@ -308,7 +310,7 @@ def main(argv: list[str]) -> None:
                 for sys_ in order:
                     if not everyone and not isinstance(sys_, Turnstile):
                         continue
-                    w.progress(f"rep {rep + 1}/{args.reps} {wname} on {sys_.name}")
+                    _cli.progress(f"rep {rep + 1}/{args.reps} {wname} on {sys_.name}")
                     tallies.setdefault((wname, sys_.name), Tally()).add(play(sys_), rep == 0)
     finally:
         for s in systems:
@@ -346,4 +348,4 @@ def main(argv: list[str]) -> None:
         "llama_server": args.llama_server,
         "index_rebuild_ms": rebuild,
     }
-    w.write("speculative", rows, params=params, out=args.out, columns=COLUMNS)
+    _cli.write("speculative", rows, params=params, out=args.out, columns=COLUMNS)
