@@ -124,6 +124,7 @@ class Runtime(SessionOps):
         context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
         speculative: Speculative = None,
+        shared_blocks: int | None = None,
         reasoning: str = "auto",
         reasoning_budget: int | None = None,
         reasoning_budget_message: str | None = None,
@@ -145,6 +146,8 @@ class Runtime(SessionOps):
         defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
         speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
         tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
+        shared_blocks N: the RAM prompt cache keeps states as blocks of N KV cells, each shared prefix once
+        (`caches.blocks`; 64 measured best); None (default): whole states.
         reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message and
         chat_template_kwargs: the defaults of every turn (a session's or a request's own values win;
         `runtime.reasoning.options`).
@@ -161,6 +164,7 @@ class Runtime(SessionOps):
             max_queued=max_queued,
             context=context,
             speculative=speculative,
+            shared_blocks=shared_blocks,
             reasoning=controls,
         )
         if session_store is not None and not isinstance(session_store, str | SessionStore):
@@ -195,8 +199,8 @@ class Runtime(SessionOps):
         **loop: Unpack[LoopOptions],
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
-        for tests without a model); closes both on exit. `policy`, `max_queued`, `context`: as in `open`
-        (they replace the config's)."""
+        for tests without a model); closes both on exit. `policy`, `max_queued`, `context`, `reasoning`: as in
+        `open` (they replace the config's)."""
         rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop))
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)

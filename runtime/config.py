@@ -126,6 +126,7 @@ class RuntimeConfig:
     max_queued: int = 1024
     context: ContextPolicy = "error"
     speculative: Speculative = None  # "ngram": draft-less speculative decoding in the slot
+    shared_blocks: int | None = None  # the RAM cache holds states as blocks of this many cells, each kept once
     reasoning: ReasoningOptions = field(default_factory=ReasoningOptions)  # every turn's default controls
     ram_limit: int | None = field(init=False, repr=False, compare=False)
 
@@ -152,6 +153,10 @@ class RuntimeConfig:
         if not isinstance(self.reasoning, ReasoningOptions):
             raise InvalidConfig(
                 f"reasoning must be ReasoningOptions (runtime.api.reasoning_options), not {self.reasoning!r}"
+            )
+        if self.shared_blocks is not None and (not _is_int(self.shared_blocks) or self.shared_blocks < 1):
+            raise InvalidConfig(
+                f"shared_blocks must be None or an int >= 1 (cells a block), not {self.shared_blocks!r}"
             )
         if self.speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {self.speculative!r}")

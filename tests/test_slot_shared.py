@@ -148,3 +148,30 @@ def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
     assert s.hits > w.hits and s.evictions <= w.evictions
     assert sum(r[4] for r in runs[1]) < sum(r[4] for r in runs[0])  # fewer prefilled tokens
     assert len(shared_slot.cache.ram.entries) >= len(whole.cache.ram.entries)
+
+
+async def test_runtime_open_shares_blocks_and_answers_as_with_whole_states(tiny_llama: Path) -> None:
+    from runtime import Runtime
+    from runtime.errors import InvalidConfig
+
+    async def play(shared: int | None) -> tuple[list[str], int, int]:
+        async with Runtime.open(tiny_llama, n_ctx=1024, n_threads=1, cache_ram_mib=64, shared_blocks=shared) as rt:
+            texts = []
+            for sid in ("a", "b", "c"):
+                # a shared prefix, then more of each session's own: the slot swaps conversations (llama-server's
+                # rule: the slot would keep under half of its tokens), so RAM holds all three
+                await rt.create_session(sid, system="a shared system prompt " * 4 + f"and {sid}'s own part " * 12)
+            for turn in range(3):
+                for sid in ("a", "b", "c"):
+                    r = await rt.chat(sid, f"turn {turn} of {sid}", max_tokens=6, temperature=0.0)
+                    texts.append(r.text)
+            st = rt.stats().slot
+            return texts, st.ram_bytes, st.ram_held_bytes
+
+    whole, shared = await play(None), await play(8)
+    assert shared[0] == whole[0]  # the same replies
+    assert whole[2] == whole[1] > 0
+    assert 0 < shared[2] < shared[1]  # RAM holds the shared prefix once
+    with pytest.raises(InvalidConfig):
+        async with Runtime.open(tiny_llama, shared_blocks=0):
+            pass

@@ -64,6 +64,7 @@ class LlamaBackend:
                 disk=disk,
                 cache_rules=config.cache_rules,
                 speculative=config.speculative,
+                shared_blocks=config.shared_blocks,
             )
         except BaseException:
             try:
