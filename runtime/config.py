@@ -20,7 +20,7 @@ from runtime.errors import InvalidConfig
 from runtime.loop.policy import POLICIES, Policy
 from runtime.reasoning import ReasoningOptions
 from runtime.templates.load import chat_template_source
-from runtime.types import SPECULATIVE, CacheRules, Speculative
+from runtime.types import CACHE_RULES, SPECULATIVE, CacheRules, Speculative
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
 
 __all__ = ["KV_TYPES", "EngineConfig", "EngineOptions", "LoopOptions", "RuntimeConfig"]
@@ -99,9 +99,6 @@ class LoopOptions(TypedDict, total=False):
     reasoning: ReasoningOptions | None  # None: the config's
 
 
-_CACHE_RULES = ("turnstile", "llama-server")
-
-
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -142,7 +139,7 @@ class RuntimeConfig:
             raise InvalidConfig(f"cache_ram_mib must be None, -1, 0 or a positive int, not {ram!r}")
         if not _is_int(self.disk_limit_mib) or self.disk_limit_mib < 0:
             raise InvalidConfig(f"disk_limit_mib must be an int >= 0 (0: no limit), not {self.disk_limit_mib!r}")
-        if self.cache_rules not in _CACHE_RULES:
+        if self.cache_rules not in CACHE_RULES:
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {self.cache_rules!r}")
         if isinstance(self.policy, str) and self.policy not in POLICIES:
             raise InvalidConfig(f"unknown policy {self.policy!r}; choose one of {sorted(POLICIES)}")

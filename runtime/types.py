@@ -6,7 +6,16 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
-__all__ = ["MAX_SESSIONS", "CacheRules", "CacheSource", "FinishReason", "RequestKind", "Speculative"]
+__all__ = [
+    "CACHE_RULES",
+    "MAX_SESSIONS",
+    "SPECULATIVE",
+    "CacheRules",
+    "CacheSource",
+    "FinishReason",
+    "RequestKind",
+    "Speculative",
+]
 
 MAX_SESSIONS = 64
 """Sessions whose rendered prompt is kept (a state holds the prompt's messages, its text and tokens: about
@@ -15,6 +24,7 @@ MAX_SESSIONS = 64
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 CacheSource = Literal["slot", "ram", "disk", "checkpoint", "none"]
 CacheRules = Literal["turnstile", "llama-server"]
+CACHE_RULES: tuple[CacheRules, ...] = ("turnstile", "llama-server")
 Speculative = Literal["ngram"] | None  # draft-less speculative decoding from the conversation's n-grams, or off
 SPECULATIVE: tuple[Speculative, ...] = ("ngram", None)
 

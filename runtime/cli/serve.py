@@ -16,6 +16,7 @@ from typing import Any
 
 from runtime.api import Runtime
 from runtime.cli import cluster
+from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
 API_KEY_ENV = "TURNSTILE_API_KEY"
@@ -35,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cache-ram", type=int, default=None, metavar="MIB", help="RAM prompt cache limit (0 off, -1 no limit)"
     )
     p.add_argument("--disk-limit", type=int, default=4096, metavar="MIB", help="disk tier limit (default 4096)")
-    p.add_argument("--cache-rules", choices=("turnstile", "llama-server"), default="turnstile")
+    p.add_argument("--cache-rules", choices=CACHE_RULES, default="turnstile")
     p.add_argument(
         "--spec", choices=("ngram", "none"), default="none", help="n-gram speculative decoding (default none)"
     )

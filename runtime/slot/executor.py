@@ -39,7 +39,7 @@ from runtime.slot.state import (
     make_room,
 )
 from runtime.slot.stops import StopMatcher
-from runtime.types import SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
+from runtime.types import CACHE_RULES, SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
 
 log = get_logger(__name__)
 
@@ -81,7 +81,7 @@ class Slot:
         shared_blocks: int | None = None,
         speculative: Speculative = None,
     ) -> None:
-        if cache_rules not in ("turnstile", "llama-server"):
+        if cache_rules not in CACHE_RULES:
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
         if speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {speculative!r}")
