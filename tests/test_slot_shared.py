@@ -128,7 +128,7 @@ def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
 ) -> None:
     """Three conversations, a RAM limit of about two whole states: with shared blocks it holds more of them
     (never more bytes than the limit), so more turns come from RAM and fewer tokens are prefilled."""
-    limit = 340_000
+    limit = 360_000  # jamba: its states hold a checkpoint at the end of each prompt too (turnstile rules)
     runs, slots = [], []
     for shared in (None, 8):
         eng = make_engine(tiny_models[arch], CFG)
