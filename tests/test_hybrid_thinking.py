@@ -91,7 +91,10 @@ async def test_each_turn_prefills_the_previous_answer_and_the_new_message(model:
             # exactly the previous answer, then the new message and the generation prompt
             expected = f"{prev.text}<|im_end|>\n<|im_start|>user\n{question(t)}<|im_end|>\n<|im_start|>assistant\n"
             assert b"".join(eng.token_to_piece(x, special=True) for x in new).decode() == expected
-            assert (cur.cached, cur.prefilled) == (n, len(new))
+            answer = eng.tokenize(prev.text, add_special=False)
+            message = eng.tokenize(expected[len(prev.text) :], add_special=False)
+            assert new == answer + message
+            assert (cur.cached, cur.prefilled) == (n, len(answer) + len(message))
             assert (cur.source, cur.restored) == ("checkpoint", [n])
     assert all(t.reasoning == f"step {i}: think about it\n" and t.text for i, t in enumerate(turns))
     # llama-server's checkpoints (the last user message, 4 tokens before the end) and the prompt's end
