@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,14 @@ def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> li
             work = {"incremental (per-session cache)": (counted.renders, chars[0])}
             paths = {
                 "incremental (per-session cache)": _times_ms(
-                    lambda r=r, cur=cur: r.render(cur, "s"), reps, lambda r=r, prev=prev: r.render(prev, "s")
+                    partial(r.render, cur, "s"), reps, partial(r.render, prev, "s")
                 ),
-                "full render, no starts": _times_ms(lambda cur=cur: tpl.render(cur, spans=False), max(3, reps // 4)),
+                "full render, no starts": _times_ms(partial(tpl.render, cur, spans=False), max(3, reps // 4)),
             }
             work["full render, no starts"] = (1, len(tpl.render_text(cur, add_generation_prompt=True)))
             if len(cur) <= starts_upto:  # quadratic in the messages
                 paths["full render + starts"] = _times_ms(
-                    lambda cur=cur: tpl.render(cur, spans=True), 1 if len(cur) > 200 else max(3, reps // 4)
+                    partial(tpl.render, cur, spans=True), 1 if len(cur) > 200 else max(3, reps // 4)
                 )
             for path, (low, mid) in paths.items():
                 renders, tokenized = work.get(path, (None, None))
