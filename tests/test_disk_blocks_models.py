@@ -167,6 +167,9 @@ def test_the_slot_spilling_to_disk_blocks_plays_the_same_turns_and_the_disk_hold
 
 async def test_a_restarted_runtime_brings_conversations_back_from_disk_blocks(tiny_llama: Path, tmp_path: Path) -> None:
     from runtime import Runtime
+    from runtime.api import TierBytes
+    from runtime.serve.http import app as make_app
+    from tests.test_stats import get_metrics
 
     async def play(shared: int | None) -> tuple[list[str], list[str], int, int]:
         data = tmp_path / f"data-{shared}"
@@ -184,8 +187,16 @@ async def test_a_restarted_runtime_brings_conversations_back_from_disk_blocks(ti
                     r = await rt.chat(sid, "a shared prompt " * 5 + own, max_tokens=6, temperature=0.0)
                     texts.append(r.text)
                     sources.append(r.cache_source)
-                disk = rt.stats().disk
+                st = rt.stats()
+                disk = st.disk
                 assert disk is not None
+                m = await get_metrics(make_app(rt))
+                for tier, b in st.storage.items():  # /metrics says what rt.stats() says
+                    assert m[f'turnstile_state_logical_bytes{{tier="{tier}"}}'] == b.logical
+                    assert m[f'turnstile_state_stored_bytes{{tier="{tier}"}}'] == b.stored
+                assert st.storage["disk"] == TierBytes(logical=disk.logical_bytes, stored=disk.bytes)
+                assert st.storage["ram"] == TierBytes(logical=st.slot.ram_bytes, stored=st.slot.ram_held_bytes)
+                assert m['turnstile_state_blocks{tier="disk"}'] == disk.blocks
         return texts, sources, disk.logical_bytes, disk.stored_bytes
 
     whole, shared = await play(None), await play(16)
