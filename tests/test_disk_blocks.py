@@ -257,6 +257,7 @@ def test_two_processes_writing_shared_blocks_lose_nothing(tmp_path: Path) -> Non
 
 _KILLED_WRITER = """
 import os, signal, sys
+import caches.disk.entry as e
 import caches.disk.tier as m
 from caches.disk.format import PartsReader
 from caches.disk.cut import DiskBlocks
@@ -274,7 +275,7 @@ class Dies(PartsReader):
         return chunk
 
 t = m.DiskTier(sys.argv[1], fingerprint=FP, settings=SETTINGS, blocks=DiskBlocks(Memory.KV, B))
-m.PartsReader = Dies
+m.PartsReader = e.PartsReader = Dies
 t.put(agent(7, 70), payload(agent(7, 70)))
 """
 

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from caches.disk.cut import read_body
+from caches.disk.entry import rejection
 from caches.disk.format import KIND_BLOCK, KIND_BLOCKED, KIND_STATE, RecordFile, StateFormatError, decode
 from caches.disk.mirror import Item
 from caches.disk.store import BLK, REC, TierStore
@@ -31,11 +32,7 @@ class Unusable(Exception):
 
 
 def _unusable(e: BaseException, block: bytes | None = None) -> Unusable:
-    if isinstance(e, StateFormatError):
-        return Unusable(e.reason, str(e), block)
-    if isinstance(e, MissingValueFile):
-        return Unusable("missing", str(e), block)
-    return Unusable("unsafe" if isinstance(e, UnsafeRecord) else "unreadable", f"{type(e).__name__}: {e}", block)
+    return Unusable(*rejection(e), block)
 
 
 def _open(store: TierStore, key: str, block: bytes | None) -> tuple[Any, int]:

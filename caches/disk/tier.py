@@ -49,20 +49,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from caches.disk.cut import Cut, DiskBlocks, cut, manifest
+from caches.disk.cut import Cut, DiskBlocks, cut
+from caches.disk.entry import Encoded, collect_blocks, encode_entry, rejection, why, write_blocks
 from caches.disk.format import (
-    KIND_BLOCK,
-    KIND_BLOCKED,
-    KIND_INDEX,
-    KIND_STATE,
     Buffer,
     PartsReader,
     Payload,
     StateFormatError,
-    encode,
-    encode_parts,
     payload_parts,
-    record_size,
     tokens_to_bytes,
 )
 from caches.disk.mirror import Item, Mirror
@@ -70,25 +64,12 @@ from caches.disk.reads import Unusable, read_state
 from caches.disk.stats import DiskTierStats, TierCounters
 from caches.disk.store import BLK, IDX, MAN, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
-from runtime.errors import DiskTierUnavailable, InvalidConfig, MissingValueFile, StateLayoutError, UnsafeRecord
+from runtime.errors import DiskTierUnavailable, InvalidConfig, StateLayoutError, UnsafeRecord
 from runtime.log import get_logger
 
 __all__ = ["DiskBlocks", "DiskTier", "DiskTierStats", "DiskTierUnavailable"]
 
 log = get_logger(__name__)
-
-
-def _why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
-def _rejection(e: BaseException) -> tuple[str, str]:
-    """(reason, detail) for a row that cannot be used."""
-    if isinstance(e, StateFormatError):
-        return e.reason, str(e)
-    if isinstance(e, MissingValueFile):
-        return "missing", str(e)
-    return ("unsafe" if isinstance(e, UnsafeRecord) else "unreadable"), _why(e)
 
 
 class DiskTier:
@@ -139,7 +120,7 @@ class DiskTier:
                 self._evict_over_limit(keep=None)
         except STORE_ERRORS as e:
             self._store.close()
-            raise DiskTierUnavailable(self.directory, _why(e)) from e
+            raise DiskTierUnavailable(self.directory, why(e)) from e
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -157,30 +138,18 @@ class DiskTier:
             return False
         tb = tokens_to_bytes(toks)
         pieces = payload_parts(payload)
-        c = self._cut(toks, pieces)
-        kind, body = (KIND_STATE, pieces) if c is None else (KIND_BLOCKED, c.body())
-        parts = encode_parts(kind, self._fp, self.settings, toks, body, token_bytes=tb)
-        plen = sum(len(p) for p in body)
-        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=plen, token_bytes=tb)
-        nbytes = sum(len(p) for p in parts) + len(index)
-        item = Item(toks, nbytes)
-        if c is not None:
-            block_record = record_size(KIND_BLOCK, self._fp, self.settings, c.block_cells, c.block_payload)
-            logical = record_size(KIND_STATE, self._fp, self.settings, len(toks), c.whole_len) + len(index)
-            man = manifest(c.keys, block_record, logical)
-            item = Item(toks, nbytes + len(man), tuple(c.keys), block_record, logical)
-        held = item.nbytes + len(item.keys) * item.block_record
-        if self.limit_bytes and held > self.limit_bytes:
-            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=held, limit_bytes=self.limit_bytes)
+        e = encode_entry(self._fp, self.settings, toks, tb, pieces, self._cut(toks, pieces))
+        if self.limit_bytes and e.held > self.limit_bytes:
+            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=e.held, limit_bytes=self.limit_bytes)
             return False
         d = self._digest(tb)
         t0 = time.perf_counter()
         try:
             with self._lock:
-                written, shared = self._put(d, item, parts, index, c)
-            self._n.add(puts=1, written=written, blocks_written=shared[0], blocks_shared=shared[1])
-        except WRITE_ERRORS as e:
-            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=held, error=_why(e))
+                written, new = self._put(d, e)
+            self._n.add(puts=1, written=written, blocks_written=new, blocks_shared=len(e.item.keys) - new)
+        except WRITE_ERRORS as err:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=e.held, error=why(err))
             return False
         log.debug(
             "disk_tier.put", key=d, n_tokens=len(toks), nbytes=written, ms=round(1000 * (time.perf_counter() - t0), 2)
@@ -200,33 +169,21 @@ class DiskTier:
             self._n.add(whole=1)
             return None
 
-    def _put(self, d: str, item: Item, parts: list[Buffer], index: bytes, c: Cut | None) -> tuple[int, tuple[int, int]]:
+    def _put(self, d: str, e: Encoded) -> tuple[int, int]:
         """Lock held. Blocks not held yet first, then the entry's rows, then deletes (diskcache removes a
         deleted value's file at once, even inside a transaction that is then rolled back); a failure rolls
-        back and removes the new files. (bytes written, (blocks written, blocks found held))."""
+        back and removes the new files. (bytes written, blocks written)."""
+        item = e.item
         with self._write() as txn:
             stamp = time.time_ns()
-            written = sum(len(p) for p in parts) + len(index)
-            new: set[bytes] = set()
-            if c is not None:
-                for i, k in enumerate(c.keys):
-                    if k in self._m.blocks or k in new:
-                        continue
-                    b = c.block_cells
-                    rec = encode_parts(
-                        KIND_BLOCK, self._fp, self.settings, item.tokens[i * b : (i + 1) * b], c.block_parts(i)
-                    )
-                    self._store.put(BLK + k.hex(), PartsReader(rec), read=True)
-                    new.add(k)
-                    written += item.block_record
-            self._store.put(IDX + d, index)
+            new = write_blocks(self._store, self._fp, self.settings, e, self._m.blocks)
+            self._store.put(IDX + d, e.index)
             self._store.put(USE + d, format_usage(stamp, item.nbytes))
-            if c is not None:
-                self._store.put(MAN + d, manifest(c.keys, item.block_record, item.logical))
-                written += item.nbytes - len(index) - sum(len(p) for p in parts)
+            if e.manifest is not None:
+                self._store.put(MAN + d, e.manifest)
             elif d in self._m and self._m.items[d].keys:
                 self._store.delete(MAN + d)
-            self._store.put(REC + d, PartsReader(parts), read=True)
+            self._store.put(REC + d, PartsReader(e.parts), read=True)
             txn.changed.add(d)
             olds = self._m.trie.prefixes(item.tokens)
             self._drop_blocks(self._m.add(d, item, format_usage(stamp, item.nbytes)))
@@ -237,7 +194,7 @@ class DiskTier:
             self._evict_over_limit(keep=d)
             if self._mid_put is not None:
                 self._mid_put()
-        return written, (len(new), len(item.keys) - len(new))
+        return item.nbytes + new * item.block_record, new
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], memoryview] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
@@ -266,7 +223,7 @@ class DiskTier:
                     log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=kept)
                     return list(item.tokens), payload
         except STORE_ERRORS as e:
-            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
         self._n.add(misses=1)
         return None
 
@@ -279,7 +236,7 @@ class DiskTier:
                 if found:
                     self._delete(d)
         except STORE_ERRORS as e:
-            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=_why(e))
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=why(e))
             return False
         return found
 
@@ -326,7 +283,7 @@ class DiskTier:
         try:
             self._sync()
         except STORE_ERRORS as e:  # keep the last view
-            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Txn]:
@@ -365,25 +322,14 @@ class DiskTier:
             old = known.get(d)
             item = old if old is not None and man is None and not old.keys else self._item(d, raw, man)
             if item is not None and isinstance(u, BaseException):
-                self._reject(d, *_rejection(u))
+                self._reject(d, *rejection(u))
             elif item is not None:
                 self._m.add(d, item, u)
         for prefix, rows in ((USE, usage.items()), (MAN, mans.items()), (REC, self._store.scan(REC, values=False))):
             for key, _ in rows:
                 if key[len(prefix) :] not in self._m:
                     self._store.delete(key)
-        present: set[bytes] = set()
-        orphans = 0
-        for key, _ in self._store.scan(BLK, values=False):
-            try:
-                k = bytes.fromhex(key[len(BLK) :])
-            except ValueError:
-                k = b""
-            if k in self._m.blocks:
-                present.add(k)
-            else:
-                self._store.delete(key)
-                orphans += 1
+        present, orphans = collect_blocks(self._store, self._m.blocks)
         if orphans:
             log.warning("disk_tier.orphan_blocks_removed", count=orphans, directory=self.directory)
         for k in [k for k in self._m.blocks if k not in present]:
@@ -397,7 +343,7 @@ class DiskTier:
             u = self._store.get(USE + d) if raw is not None else None
             man = self._store.get(MAN + d) if raw is not None else None
         except (UnsafeRecord, OSError) as e:
-            self._reject(d, *_rejection(e))
+            self._reject(d, *rejection(e))
             return
         old = self._m.items.get(d)
         item = None
@@ -413,7 +359,7 @@ class DiskTier:
         try:
             return self._m.item(raw, man)
         except (UnsafeRecord, OSError, StateFormatError) as e:
-            self._reject(d, *_rejection(e))
+            self._reject(d, *rejection(e))
             return None
 
     # -- row changes (callers hold self._lock and a transaction) ------------------------------------------
