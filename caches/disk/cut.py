@@ -19,9 +19,9 @@ without reading a state record.
 
 Reading: `read_body` reads the body straight into one buffer of `whole_len` (from `STATE_BUFFERS`), every
 byte where the whole payload has it; each block is then read into its cells' places (`Geometry.read_cells`:
-one `readinto` per segment, or per segment through a small staging buffer when V is transposed). Each byte
-is copied once, from the page cache into the state, as a whole record is read; each record's CRC-32 is
-computed on the bytes just read.
+one vectored read, `preadv`, straight into the places of its segments; a transposed segment's rows through
+a block-sized buffer). Each byte is copied once, from the page cache into the state, as a whole record is
+read; each record's CRC-32 is computed on the bytes just read.
 
 Invariants: the state read back is byte for byte the payload that was put, provided every block under a
 key holds the bytes of the first state stored with it (keys chain the tokens and everything before, so two
@@ -31,6 +31,7 @@ do not add up raises `StateFormatError` before anything large is allocated.
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from collections.abc import Sequence
@@ -99,20 +100,59 @@ class Geometry:
                 out.append(np.ascontiguousarray(wide[:, a * cb : a * cb + m * cb]).reshape(-1).data)
         return out
 
-    def read_cells(self, f: RecordFile, dst: memoryview, a: int, b: int, crc: int) -> int:
-        """Read cells [a, b) (payload order, as `views` gives them) from `f` into their places in `dst`."""
+    def read_cells(self, f: RecordFile, dst: memoryview, a: int, b: int, crc: int, stage: memoryview) -> int:
+        """Read cells [a, b) (payload order, as `views` gives them) from `f` into their places in `dst`, in
+        one vectored read straight into them (a transposed segment's rows through `stage`, then put in
+        place); the crc continued over them."""
         m = b - a
+        views: list[memoryview] = []
+        wide: list[tuple[memoryview, int, int, int]] = []
+        st_at = 0
         for (cb, rows), at in zip(self.shape, self.seg_at, strict=True):
             w = m * cb
             if rows == 1:
-                crc = read_into(f, dst[at + a * cb : at + b * cb], crc)
-                continue
-            stage = STATE_BUFFERS.take(rows * w)
-            crc = read_into(f, stage, crc)
-            wide = np.frombuffer(dst, np.uint8, rows * self.n_cells * cb, at).reshape(rows, -1)
-            wide[:, a * cb : a * cb + w] = np.frombuffer(stage, np.uint8).reshape(rows, w)
-            del wide
+                views.append(dst[at + a * cb : at + b * cb])
+            else:
+                v = stage[st_at : st_at + rows * w]
+                views.append(v)
+                wide.append((v, cb, rows, at))
+                st_at += rows * w
+        crc = read_views(f, views, crc)
+        for v, cb, rows, at in wide:
+            w = m * cb
+            full = np.frombuffer(dst, np.uint8, rows * self.n_cells * cb, at).reshape(rows, -1)
+            full[:, a * cb : a * cb + w] = np.frombuffer(v, np.uint8).reshape(rows, w)
+            del full
         return crc
+
+
+_IOV_MAX = 1024
+
+
+def read_views(f: RecordFile, views: list[memoryview], crc: int) -> int:
+    """Fill `views` one after the other from `f` (one `preadv` for a file; StateFormatError if it ends
+    first); the crc continued over them."""
+    fileno = getattr(f, "fileno", None)
+    if fileno is None or not hasattr(os, "preadv"):
+        for v in views:
+            crc = read_into(f, v, crc)
+        return crc
+    fd, start = fileno(), f.tell()  # type: ignore[attr-defined]
+    pos, i, off = start, 0, 0  # the next view to fill, and how much of it is filled
+    while i < len(views):
+        batch = [views[i][off:], *views[i + 1 : i + _IOV_MAX]]
+        got = os.preadv(fd, batch, pos)
+        if got <= 0:
+            raise StateFormatError("truncated", f"a vectored read at byte {pos} got {got}")
+        pos += got
+        while i < len(views) and got >= len(views[i]) - off:
+            got -= len(views[i]) - off
+            i, off = i + 1, 0
+        off += got
+    f.seek(pos)  # type: ignore[attr-defined]
+    for v in views:
+        crc = zlib.crc32(v, crc)
+    return crc
 
 
 def read_into(f: RecordFile, view: memoryview, crc: int) -> int:
@@ -238,7 +278,7 @@ def read_body(f: RecordFile, n: int, crc: int, keys: Sequence[bytes]) -> tuple[B
     starts = [pre, *(s + n_cells * cb * rows for s, (cb, rows) in zip(seg_at, shape, strict=True))]
     for start, gap in zip(starts, gaps, strict=True):
         crc = read_into(f, dst[start : start + gap], crc)
-    crc = geo.read_cells(f, dst, n_keys * bc, n_cells, crc)
+    crc = geo.read_cells(f, dst, n_keys * bc, n_cells, crc, memoryview(bytearray(tail)))
     crc = read_into(f, dst[whole - post :], crc)
     return Body(dst, geo, got_keys, bc), crc
 

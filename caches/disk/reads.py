@@ -73,14 +73,15 @@ def read_state(store: TierStore, d: str, item: Item, fp: bytes, settings: str | 
     b = got[0]
     total = size
     bc, geo = b.block_cells, b.geometry
+    want = bc * geo.cell_bytes
+    stage = memoryview(bytearray(want))  # a transposed segment's rows, one block at a time
     for i, k in enumerate(item.keys):
         bf, bsize = _open(store, BLK + k.hex(), k)
-        want = bc * geo.cell_bytes
 
         def cells(rf: RecordFile, n: int, crc: int, i: int = i, want: int = want) -> tuple[memoryview, int]:
             if n != want:
                 raise StateFormatError("length", f"a block of {n} bytes, {want} expected")
-            return memoryview(b""), geo.read_cells(rf, b.dst, i * bc, (i + 1) * bc, crc)
+            return memoryview(b""), geo.read_cells(rf, b.dst, i * bc, (i + 1) * bc, crc, stage)
 
         try:
             with bf:
