@@ -294,3 +294,53 @@ def test_a_writer_killed_mid_save_leaves_no_block_and_no_state_after_reopening(t
         assert got is not None and bytes(got[1]) == whole(agent(0))
     assert [e["count"] for e in logs if e["event"] == "disk_tier.orphan_files_removed"] == [at]
     assert len(list(tmp_path.rglob("*.val"))) == 1 + 8
+
+
+@pytest.mark.parametrize("row", ["manifest", "block"])
+def test_a_pickled_manifest_or_block_row_is_refused_and_never_unpickled(tmp_path: Path, row: str) -> None:
+    import diskcache
+
+    from caches.disk.store import MAN
+    from tests.test_disk_tier_faults import Planted
+
+    with tier(tmp_path) as t:
+        for j in range(2):
+            t.put(agent(j), payload(agent(j)))
+        d = digest(t, agent(0))
+        first = t._m.items[d].keys[0]  # a prefix block: both agents list it
+    marker = tmp_path.parent / f"{tmp_path.name}-unpickled"
+    key = MAN + d if row == "manifest" else BLK + first.hex()
+    with diskcache.Cache(str(tmp_path)) as raw:  # plain diskcache pickles what is not bytes/str/int
+        raw.set(key, Planted(marker))
+    with capture_logs() as logs, tier(tmp_path) as t:
+        got = t.find(agent(0))
+        n = len(t)
+        rows = block_rows(t)
+    assert not marker.exists()
+    rejected = [e["reason"] for e in logs if e["event"] == "disk_tier.rejected"]
+    if row == "manifest":  # agent 0 goes at open; agent 1 is found through the prefix, byte for byte
+        assert rejected == ["unsafe"] and n == 1
+        assert got is not None and got[0] == agent(1) and bytes(got[1]) == whole(agent(1))
+        assert len(rows) == 8
+    else:  # both list the block: both go, and every block with them
+        assert rejected == ["unsafe", "unsafe"] and n == 0 and got is None
+        assert rows == []
+
+
+def test_a_damaged_state_record_of_a_blocked_entry_is_a_miss_and_frees_only_its_own_blocks(tmp_path: Path) -> None:
+    from caches.disk.store import REC
+
+    with tier(tmp_path) as t:
+        for j in range(2):
+            t.put(agent(j), payload(agent(j)))
+        d = digest(t, agent(0))
+        (filename,) = t._store.cache._sql("SELECT filename FROM Cache WHERE key = ?", (REC + d,)).fetchone()
+        path = tmp_path / filename
+        data = bytearray(path.read_bytes())
+        data[-10] ^= 0x40  # in the partial block's cells
+        path.write_bytes(bytes(data))
+        with capture_logs() as logs:
+            got = t.find(agent(0))
+        assert [e["reason"] for e in logs if e["event"] == "disk_tier.rejected"] == ["checksum"]
+        assert got is not None and got[0] == agent(1) and bytes(got[1]) == whole(agent(1))
+        assert len(t) == 1 and len(block_rows(t)) == 8  # agent 0's 2 own blocks went, the prefix's stayed

@@ -409,8 +409,8 @@ class DiskTier:
             with self._lock, self._write():
                 if e.block is not None and e.block in self._m.blocks:
                     self._bad_block(e.block, e.reason, e.detail)
-                elif e.block is None and d in self._m:  # in line with the directory: the index row is there
-                    self._reject(d, e.reason, e.detail)
+                elif e.block is None and self._m.items.get(d) is item:  # in line with the directory: still
+                    self._reject(d, e.reason, e.detail)  # the entry we read (not one written since)
             return None
         self._n.add(hits=1, read=size)
         return payload
