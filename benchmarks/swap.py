@@ -245,7 +245,7 @@ def _block_rows(
 
         read_restores = _time(read_restore, r)
         st = tier.stats()
-        if st.whole_states or st.blocks_shared != r * (len(tokens) // block_cells):
+        if st.whole_states or st.blocks_shared != r * ((len(tokens) - 1) // block_cells):
             raise RuntimeError(f"the states were not shared as planned: {st}")
     return [
         _row(f"disk blocks ({block_cells}): write, all new", size, new_writes, m_fresh),

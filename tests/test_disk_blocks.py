@@ -344,3 +344,14 @@ def test_a_damaged_state_record_of_a_blocked_entry_is_a_miss_and_frees_only_its_
         assert [e["reason"] for e in logs if e["event"] == "disk_tier.rejected"] == ["checksum"]
         assert got is not None and got[0] == agent(1) and bytes(got[1]) == whole(agent(1))
         assert len(t) == 1 and len(block_rows(t)) == 8  # agent 0's 2 own blocks went, the prefix's stayed
+
+
+@pytest.mark.parametrize("n", [B, 3 * B, 3 * B + 1, 1])
+def test_states_of_whole_blocks_only_or_less_than_one_round_trip(tmp_path: Path, n: int) -> None:
+    with tier(tmp_path) as t:
+        toks = [7 * i + 1 for i in range(n)]
+        for v_trans in (False, True):
+            assert t.put(toks, payload(toks, v_trans=v_trans))
+            assert t.stats().blocks == n // B and t.stats().whole_states == 0
+            got = t.find(toks)
+            assert got is not None and bytes(got[1]) == whole(toks, v_trans=v_trans)

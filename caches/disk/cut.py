@@ -137,6 +137,7 @@ def read_views(f: RecordFile, views: list[memoryview], crc: int) -> int:
         for v in views:
             crc = read_into(f, v, crc)
         return crc
+    views = [v for v in views if len(v)]  # (a vectored read of nothing reads 0 bytes, as at the end)
     fd, start = fileno(), f.tell()  # type: ignore[attr-defined]
     pos, i, off = start, 0, 0  # the next view to fill, and how much of it is filled
     while i < len(views):

@@ -161,7 +161,8 @@ class DiskTier:
         if self.blocks is None:
             return None
         try:
-            return cut(self.blocks, self._namespace, toks, pieces)
+            c = cut(self.blocks, self._namespace, toks, pieces)
+            return c if c.keys else None  # less than one block: nothing to share, stored whole
         except StateLayoutError as e:
             first = str(e) not in self._whole_reasons
             self._whole_reasons.add(str(e))
