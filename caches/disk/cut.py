@@ -77,7 +77,8 @@ class DiskBlocks:
 
 @dataclass(frozen=True, slots=True)
 class Geometry:
-    """Where the cut cells lie in the whole payload: segment i's row r of cell c at
+    """Where the cut cells lie in a buffer (the state itself for a `Cut`, the whole payload for a `Body`):
+    segment i's row r of cell c at
     `seg_at[i] + (r * n_cells + c) * cell_bytes`."""
 
     n_cells: int
