@@ -53,6 +53,22 @@ class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
     disk: DiskTierStats | None
     sessions: int
 
+    @property
+    def storage(self) -> dict[str, TierBytes]:
+        """Per tier ("ram", and "disk" with a disk tier): what whole copies of the held states would take
+        (`logical`) and what the tier holds (`stored`: each shared block once, `shared_blocks`)."""
+        out = {"ram": TierBytes(logical=self.slot.ram_bytes, stored=self.slot.ram_held_bytes)}
+        if self.disk is not None:
+            out["disk"] = TierBytes(logical=self.disk.logical_bytes, stored=self.disk.stored_bytes)
+        return out
+
+
+class TierBytes(msgspec.Struct, frozen=True, kw_only=True):
+    """A cache tier's bytes: `logical` (whole copies of its states), `stored` (what it holds)."""
+
+    logical: int
+    stored: int
+
 
 def _open_store(session_store: SessionStore | str | None, data_dir: Path | None) -> SessionStore:
     """Worker thread: the given store, a Redis store for a URL, a DiskStore in data_dir, or a MemoryStore."""
@@ -403,4 +419,4 @@ class Runtime(SessionOps):
         )
 
 
-__all__ = ["Reply", "Runtime", "RuntimeStats", "TurnstileError"]
+__all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError"]
