@@ -6,14 +6,14 @@
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
 
-With `api_key`, every path but /health wants `Authorization: Bearer <key>` (compared in constant time).
-A request is stateless unless an `X-Session-Id` header (or the request's `user` field) names a session:
-its requests are then queued one at a time, in order, and its transcript is kept in the session store.
+With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
+/health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
+error shape of the API asked). A request is stateless unless an `X-Session-Id` header (or the request's
+`user` field) names a session: its requests are then queued one at a time, in order, and its transcript
+is kept in the session store, in the namespace of the request's tenant (runtime.serve.http.tenants).
 """
 
 from __future__ import annotations
-
-import hmac
 
 import msgspec
 from starlette.applications import Starlette
@@ -28,11 +28,12 @@ from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
-from runtime.serve.http.errors import ApiError
+from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.schema import ModelCard, ModelList
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
+from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
@@ -45,6 +46,7 @@ def app(
     rt: Runtime | None,
     *,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_name: str | None = None,
     request_timeout: float | None = None,
@@ -58,6 +60,7 @@ def app(
     return build(
         ServeState(runtime=rt, model_name=model_name),
         api_key=api_key,
+        keyring=keyring,
         max_body_bytes=max_body_bytes,
         request_timeout=request_timeout,
     )
@@ -67,14 +70,21 @@ def build(
     state: ServeState,
     *,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
 ) -> Starlette:
-    """The app over a `ServeState` (the server fills in the Runtime once the model is loaded)."""
+    """The app over a `ServeState` (the server fills in the Runtime once the model is loaded).
+
+    `keyring` and `api_key` together: `api_key` is one more key, named "default" (Keyring.from_options)."""
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise InvalidConfig(f"max_body_bytes must be an int >= 1, not {max_body_bytes!r}")
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
         raise InvalidConfig("api_key must be a non-empty str or None")
+    if keyring is None:
+        keyring = Keyring.from_options(api_key)
+    elif api_key is not None:
+        raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
@@ -112,30 +122,45 @@ def build(
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, api_key=api_key)],
+        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, keyring=keyring)],
     )
     application.state.turnstile = state
     return application
 
 
 class _Auth:
-    """Bearer-token check on every path but the public ones (constant-time comparison)."""
+    """The API-key check on every path but the public ones: finds the request's tenant (constant-time
+    comparison over all keys) and puts it into the scope; 401 in the error shape of the API asked."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, keyring: Keyring) -> None:
         self.inner = app
-        self.key = api_key.encode() if api_key else None
+        self.keyring = keyring
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key is not None and scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
-            scheme, _, token = (header(scope, b"authorization") or "").encode("latin-1").partition(b" ")
-            given = token.strip() if scheme.lower() == b"bearer" else b""
-            if not hmac.compare_digest(given, self.key):
+        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
+            given = _token(scope)
+            tenant = self.keyring.tenant(given)
+            if tenant is None:
                 code = "invalid_api_key" if given else "missing_api_key"
-                msg = "incorrect API key provided" if given else "an API key is required (Authorization: Bearer KEY)"
+                msg = (
+                    "incorrect API key provided"
+                    if given
+                    else "an API key is required (Authorization: Bearer KEY, or x-api-key: KEY)"
+                )
                 err = ApiError(401, msg, type="authentication_error", code=code)
-                await send_error(send, err)
+                await send_error(send, err, anthropic=is_anthropic(scope["path"]))
                 return
+            set_tenant(scope, tenant)
         await self.inner(scope, receive, send)
+
+
+def _token(scope: Scope) -> bytes:
+    """The key a request gives: `x-api-key`, else a bearer token (b"" when neither)."""
+    key = header(scope, b"x-api-key")
+    if key:
+        return key.strip().encode("latin-1")
+    scheme, _, token = (header(scope, b"authorization") or "").encode("latin-1").partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
 
 
 class _Counting:
@@ -154,6 +179,9 @@ class _Counting:
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 self.state.responses[path, int(message["status"])] += 1
+                tenant = scope.get(SCOPE_KEY)
+                if isinstance(tenant, Tenant):  # counted by the key's name, never the key
+                    self.state.responses_by_key[tenant.name, int(message["status"])] += 1
             await send(message)
 
         await self.inner(scope, receive, counting_send)
