@@ -5,6 +5,7 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -29,6 +30,8 @@ from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
+from runtime.serve.http.messages import routes as messages_routes
 from runtime.serve.http.schema import ModelCard, ModelList
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
@@ -39,7 +42,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS})
+_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *MESSAGES_PATHS})
 
 
 def app(
@@ -102,11 +105,12 @@ def build(
     async def prometheus(_request: Request) -> Response:
         return Response(metrics.render(state), media_type=metrics.CONTENT_TYPE)
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         err = ApiError(exc.status_code, str(exc.detail), type=kind)
-        return Response(err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+        body = err.anthropic_body() if is_anthropic(request.url.path) else err.body()
+        return Response(body, status_code=err.status, media_type="application/json", headers=exc.headers)
 
     routes = [
         Route(
@@ -115,6 +119,7 @@ def build(
             methods=["POST"],
         ),
         *template_routes(state, max_body_bytes=max_body_bytes),
+        *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
