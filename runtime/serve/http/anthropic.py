@@ -15,8 +15,11 @@ Anthropic API reference where llama-server is silent:
   `tool` (by name) / `none` map to "auto" / "required" / the tool's name / "none".
 - `thinking` `{"type": "enabled", "budget_tokens": N}` turns reasoning on with a budget of N tokens,
   `{"type": "disabled"}` turns it off; without it the model's default holds.
-- `max_tokens` is required (400 without it, unlike llama-server's default of 4096); `stop_sequences`,
-  `temperature`, `top_p`, `top_k` map one to one; `metadata` is checked and otherwise ignored.
+- `max_tokens` is required (400 without it, unlike llama-server's default of 4096; 0, Anthropic's cache
+  pre-warming, is a 400 too); `stop_sequences`, `temperature`, `top_p`, `top_k` map one to one;
+  `output_config.format` (`json_schema`) is the reply's JSON schema; `metadata` and
+  `output_config.effort` are accepted and not used; `adaptive` / `between_tools` thinking keeps the
+  model's default.
 - Other block types (images, documents, server tools) are a 400, not silently dropped.
 
 The reply: `content` is a thinking block (signature "", as llama-server: local models sign nothing),
@@ -99,8 +102,18 @@ class ToolChoice(msgspec.Struct, kw_only=True):
 
 
 class Thinking(msgspec.Struct, kw_only=True):
-    type: Literal["enabled", "disabled", "adaptive"]
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
     budget_tokens: int | None = None
+
+
+class OutputFormat(msgspec.Struct, kw_only=True):
+    type: Literal["json_schema"]
+    schema: dict[str, Any]
+
+
+class OutputConfig(msgspec.Struct, kw_only=True):
+    format: OutputFormat | None = None
+    effort: str | None = None  # accepted, not used
 
 
 class CountRequest(msgspec.Struct, kw_only=True):
@@ -123,6 +136,7 @@ class MessagesRequest(CountRequest, kw_only=True):
     top_p: float | None = None
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
+    output_config: OutputConfig | None = None
     stream: bool = False
 
 
@@ -232,7 +246,7 @@ def _tools(req: CountRequest) -> dict[str, Any]:
 
 
 def _thinking(thinking: Thinking | None) -> dict[str, Any]:
-    if thinking is None or thinking.type == "adaptive":
+    if thinking is None or thinking.type in ("adaptive", "between_tools"):
         return {}
     if thinking.type == "disabled":
         return {"reasoning": "off"}
@@ -256,7 +270,7 @@ def from_request(req: MessagesRequest, session_id: str | None) -> MessagesCall:
     if req.max_tokens is None:
         raise _bad("max_tokens: Field required", "max_tokens")
     if req.max_tokens < 1:
-        raise _bad(f"max_tokens: must be at least 1, not {req.max_tokens}", "max_tokens")
+        raise _bad(f"max_tokens: must be at least 1, not {req.max_tokens} (no cache pre-warming)", "max_tokens")
     if req.metadata is not None and not all(isinstance(k, str) for k in req.metadata):
         raise _bad("metadata must be an object", "metadata")
     messages, kw = prompt_of(req)
@@ -267,6 +281,8 @@ def from_request(req: MessagesRequest, session_id: str | None) -> MessagesCall:
             kw[name] = value
     if req.stop_sequences:
         kw["stop"] = list(req.stop_sequences)
+    if req.output_config is not None and req.output_config.format is not None:
+        kw["response_format"] = req.output_config.format.schema
     return MessagesCall(messages=messages, kwargs=kw, session_id=session_id, stream=req.stream)
 
 

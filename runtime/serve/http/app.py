@@ -6,6 +6,7 @@
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
+    GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -33,6 +34,8 @@ from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages import routes as messages_routes
 from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
+from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
@@ -42,7 +45,9 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *MESSAGES_PATHS})
+_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *MESSAGES_PATHS, *SESSION_PATHS}
+)
 
 
 def app(
@@ -120,6 +125,7 @@ def build(
         ),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+        *session_routes(state),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
