@@ -2,10 +2,14 @@
 messages.create and messages.stream (the same message under greedy decoding), stop sequences,
 count_tokens exact, a tool round trip on a tiny Qwen-template model (the call forced by tool_choice and an
 enum schema), thinking blocks on a tiny model with DeepSeek-R1's template (the budget closes the block),
-auth (x-api-key, Bearer, 401 in Anthropic's shape) and Anthropic-shaped errors."""
+auth (x-api-key, Bearer, 401 in Anthropic's shape), Anthropic-shaped errors, and examples/anthropic_client.py."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +222,25 @@ async def test_thinking_blocks(models: dict[str, Path]) -> None:
             **GREEDY,
         )
         assert again.content[0].type == "thinking"
+
+
+def test_the_example_runs_against_the_server(models: dict[str, Path]) -> None:
+    root = Path(__file__).resolve().parents[1]
+    with serve(models["qwen"]) as srv:
+        cmd = [
+            sys.executable,
+            str(root / "examples" / "anthropic_client.py"),
+            "--base-url",
+            srv.url,
+            "--max-tokens",
+            "64",
+        ]
+        env = {**os.environ, "TURNSTILE_API_KEY": KEY}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("streamed: ")
+    rounds = [line for line in lines if line.startswith("[")]
+    assert "] calls: get_weather({" in rounds[0] and len(rounds) >= 2
+    cached = [int(n) for n in re.findall(r"(\d+) from the cache\]", "\n".join(rounds))]
+    assert cached[1] > cached[0]  # the second round's prompt extends the first's
