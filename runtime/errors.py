@@ -33,6 +33,7 @@ __all__ = [
     "EngineError",
     "InvalidConfig",
     "InvalidHistoryOp",
+    "InvalidKeyFile",
     "InvalidPattern",
     "InvalidRequest",
     "InvalidSampling",
@@ -124,6 +125,16 @@ class EngineError(TurnstileError):
 
 class InvalidConfig(BadInput):
     """Raised when a configuration value (a limit, a policy, an engine option, a log level) is not valid."""
+
+
+class InvalidKeyFile(InvalidConfig):
+    """Raised when an API key file cannot be read or has a damaged line (`line` is 1-based; 0: the file)."""
+
+    def __init__(self, path: object, line: int, reason: str) -> None:
+        self.path = str(path)
+        self.line = line
+        where = f"{self.path}:{line}" if line else self.path
+        super().__init__(f"API key file {where}: {reason}")
 
 
 class InvalidRequest(BadInput):

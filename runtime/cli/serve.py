@@ -2,7 +2,9 @@
 
 Binds 127.0.0.1:8080 unless told otherwise; `--port 0` lets the OS pick a port. Once the model is loaded
 it prints one line, `turnstile serve: listening on http://HOST:PORT (model NAME)`, on stdout. The API
-key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`).
+key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`);
+`--api-key-file PATH` gives several keys, each its own tenant (runtime.serve.http.tenants). The key file
+is read before the model is loaded: a damaged line stops the command (exit 2) with its line number.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="keep sessions and cached states here")
     p.add_argument("--api-key", default=None, metavar="KEY", help=f"require this bearer token (or set {API_KEY_ENV})")
+    p.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="several API keys, one a line as 'NAME: KEY' (or a bare KEY, named keyN after its line); "
+        "blank lines and '#' comments are skipped. Each key is a tenant: its sessions are its own",
+    )
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
     p.add_argument("--batch", type=int, default=2048, metavar="N", help="logical batch size (default 2048)")
@@ -73,6 +83,17 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--disk-limit must be >= 0")
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
+    args.keyring = None
+    if args.api_key_file is not None:
+        if args.replicas is not None:
+            p.error("--api-key-file does not work with --replicas yet")
+        from runtime.errors import InvalidConfig
+        from runtime.serve.http.tenants import Keyring
+
+        try:
+            args.keyring = Keyring.from_options(args.api_key or os.environ.get(API_KEY_ENV) or None, args.api_key_file)
+        except InvalidConfig as e:
+            p.error(str(e))
     if args.chat_template_file is not None and args.replicas is not None:
         p.error("--chat-template-file does not work with --replicas yet")
     cluster.check_arguments(p, args)
@@ -122,7 +143,11 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         _opener(args, options),
         host=args.host,
         port=args.port,
-        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        **(
+            {"keyring": args.keyring}
+            if getattr(args, "keyring", None) is not None
+            else {"api_key": args.api_key or os.environ.get(API_KEY_ENV) or None}
+        ),
         max_body_bytes=args.max_body,
         request_timeout=args.timeout,
         model_name=args.model_name,

@@ -5,15 +5,17 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
+    GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
 
-With `api_key`, every path but /health wants `Authorization: Bearer <key>` (compared in constant time).
-A request is stateless unless an `X-Session-Id` header (or the request's `user` field) names a session:
-its requests are then queued one at a time, in order, and its transcript is kept in the session store.
+With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
+/health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
+error shape of the API asked). A request is stateless unless an `X-Session-Id` header (or the request's
+`user` field) names a session: its requests are then queued one at a time, in order, and its transcript
+is kept in the session store, in the namespace of the request's tenant (runtime.serve.http.tenants).
 """
 
 from __future__ import annotations
-
-import hmac
 
 import msgspec
 from starlette.applications import Starlette
@@ -28,23 +30,31 @@ from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
-from runtime.serve.http.errors import ApiError
+from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
+from runtime.serve.http.messages import routes as messages_routes
 from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
+from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
+from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS})
+_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *MESSAGES_PATHS, *SESSION_PATHS}
+)
 
 
 def app(
     rt: Runtime | None,
     *,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_name: str | None = None,
     request_timeout: float | None = None,
@@ -58,6 +68,7 @@ def app(
     return build(
         ServeState(runtime=rt, model_name=model_name),
         api_key=api_key,
+        keyring=keyring,
         max_body_bytes=max_body_bytes,
         request_timeout=request_timeout,
     )
@@ -67,14 +78,21 @@ def build(
     state: ServeState,
     *,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
 ) -> Starlette:
-    """The app over a `ServeState` (the server fills in the Runtime once the model is loaded)."""
+    """The app over a `ServeState` (the server fills in the Runtime once the model is loaded).
+
+    `keyring` and `api_key` together: `api_key` is one more key, named "default" (Keyring.from_options)."""
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1:
         raise InvalidConfig(f"max_body_bytes must be an int >= 1, not {max_body_bytes!r}")
     if api_key is not None and (not isinstance(api_key, str) or not api_key):
         raise InvalidConfig("api_key must be a non-empty str or None")
+    if keyring is None:
+        keyring = Keyring.from_options(api_key)
+    elif api_key is not None:
+        raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
@@ -92,11 +110,12 @@ def build(
     async def prometheus(_request: Request) -> Response:
         return Response(metrics.render(state), media_type=metrics.CONTENT_TYPE)
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         err = ApiError(exc.status_code, str(exc.detail), type=kind)
-        return Response(err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+        body = err.anthropic_body() if is_anthropic(request.url.path) else err.body()
+        return Response(body, status_code=err.status, media_type="application/json", headers=exc.headers)
 
     routes = [
         Route(
@@ -105,6 +124,8 @@ def build(
             methods=["POST"],
         ),
         *template_routes(state, max_body_bytes=max_body_bytes),
+        *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+        *session_routes(state),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
@@ -112,30 +133,45 @@ def build(
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, api_key=api_key)],
+        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, keyring=keyring)],
     )
     application.state.turnstile = state
     return application
 
 
 class _Auth:
-    """Bearer-token check on every path but the public ones (constant-time comparison)."""
+    """The API-key check on every path but the public ones: finds the request's tenant (constant-time
+    comparison over all keys) and puts it into the scope; 401 in the error shape of the API asked."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, keyring: Keyring) -> None:
         self.inner = app
-        self.key = api_key.encode() if api_key else None
+        self.keyring = keyring
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.key is not None and scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
-            scheme, _, token = (header(scope, b"authorization") or "").encode("latin-1").partition(b" ")
-            given = token.strip() if scheme.lower() == b"bearer" else b""
-            if not hmac.compare_digest(given, self.key):
+        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
+            given = _token(scope)
+            tenant = self.keyring.tenant(given)
+            if tenant is None:
                 code = "invalid_api_key" if given else "missing_api_key"
-                msg = "incorrect API key provided" if given else "an API key is required (Authorization: Bearer KEY)"
+                msg = (
+                    "incorrect API key provided"
+                    if given
+                    else "an API key is required (Authorization: Bearer KEY, or x-api-key: KEY)"
+                )
                 err = ApiError(401, msg, type="authentication_error", code=code)
-                await send_error(send, err)
+                await send_error(send, err, anthropic=is_anthropic(scope["path"]))
                 return
+            set_tenant(scope, tenant)
         await self.inner(scope, receive, send)
+
+
+def _token(scope: Scope) -> bytes:
+    """The key a request gives: `x-api-key`, else a bearer token (b"" when neither)."""
+    key = header(scope, b"x-api-key")
+    if key:
+        return key.strip().encode("latin-1")
+    scheme, _, token = (header(scope, b"authorization") or "").encode("latin-1").partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
 
 
 class _Counting:
@@ -154,6 +190,9 @@ class _Counting:
         async def counting_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 self.state.responses[path, int(message["status"])] += 1
+                tenant = scope.get(SCOPE_KEY)
+                if isinstance(tenant, Tenant):  # counted by the key's name, never the key
+                    self.state.responses_by_key[tenant.name, int(message["status"])] += 1
             await send(message)
 
         await self.inner(scope, receive, counting_send)

@@ -29,8 +29,9 @@ from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.schema import ChatRequest
 from runtime.serve.http.sse import ChunkWriter
 from runtime.serve.http.state import ServeState
+from runtime.serve.http.tenants import tenant_of
 
-__all__ = ["ChatEndpoint", "read_body", "send_bytes"]
+__all__ = ["ChatEndpoint", "read_body", "send_bytes", "send_error"]
 
 log = get_logger(__name__)
 
@@ -54,8 +55,9 @@ async def send_bytes(send: Send, status: int, body: bytes, headers: dict[str, st
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def send_error(send: Send, err: ApiError) -> None:
-    await send_bytes(send, err.status, err.body(), err.headers)
+async def send_error(send: Send, err: ApiError, *, anthropic: bool = False) -> None:
+    """The error response, in OpenAI's shape or (`anthropic`) Anthropic's."""
+    await send_bytes(send, err.status, err.anthropic_body() if anthropic else err.body(), err.headers)
 
 
 async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
@@ -104,6 +106,8 @@ class ChatEndpoint:
             if not body.strip():
                 raise ApiError.bad_request("the request body is empty (want a JSON chat completion request)")
             call = convert.from_request(_decoder.decode(body), header(scope, b"x-session-id"))
+            if call.session_id is not None:  # the client's id, in its tenant's namespace
+                call.session_id = tenant_of(scope).session_id(call.session_id)
             rt = self.state.require()
         except ClientGone:
             return

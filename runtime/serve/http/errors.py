@@ -26,11 +26,28 @@ from runtime.errors import (
 from runtime.log import get_logger
 from runtime.serve.http.schema import ErrorBody, ErrorResponse
 
-__all__ = ["RETRY_AFTER_SECONDS", "ApiError", "to_api_error"]
+__all__ = ["RETRY_AFTER_SECONDS", "ApiError", "is_anthropic", "to_api_error"]
 
 log = get_logger(__name__)
 
 RETRY_AFTER_SECONDS = 1
+ANTHROPIC_PREFIX = "/v1/messages"
+# Anthropic's error types by status (https://docs.anthropic.com/en/api/errors)
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+def is_anthropic(path: str) -> bool:
+    """Whether `path` is one of the Anthropic Messages API's (its errors take Anthropic's shape)."""
+    return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
 
 
 @dataclass
@@ -50,6 +67,13 @@ class ApiError(TurnstileError):
     def body(self) -> bytes:
         err = ErrorBody(message=self.message, type=self.type, code=self.code, param=self.param)
         return msgspec.json.encode(ErrorResponse(error=err))
+
+    def anthropic_type(self) -> str:
+        return _ANTHROPIC_TYPES.get(self.status, "api_error")
+
+    def anthropic_body(self) -> bytes:
+        """Anthropic's error JSON: {"type": "error", "error": {"type": ..., "message": ...}}."""
+        return msgspec.json.encode({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
 
     @classmethod
     def bad_request(cls, message: str, *, param: str | None = None, code: str | None = None) -> ApiError:

@@ -54,6 +54,12 @@ def render(state: ServeState) -> str:
         (({"path": p, "status": s}, n) for (p, s), n in sorted(state.responses.items())),
     )
     out.metric(
+        "http_responses_by_key_total",
+        "counter",
+        "HTTP responses to authenticated requests by API key name (never the key) and status",
+        (({"key": k, "status": s}, n) for (k, s), n in sorted(state.responses_by_key.items())),
+    )
+    out.metric(
         "client_disconnects_total", "counter", "chat requests whose client left first", [({}, state.disconnects)]
     )
     if rt is None:

@@ -27,6 +27,7 @@ from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
 from runtime.serve.http.state import ServeState
+from runtime.serve.http.tenants import Keyring
 
 __all__ = ["bind", "serve"]
 
@@ -93,6 +94,7 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8080,
     api_key: str | None = None,
+    keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
     model_name: str | None = None,
@@ -101,7 +103,9 @@ async def serve(
 ) -> None:
     """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised)."""
     state = ServeState(model_name=model_name)
-    application = build(state, api_key=api_key, max_body_bytes=max_body_bytes, request_timeout=request_timeout)
+    application = build(
+        state, api_key=api_key, keyring=keyring, max_body_bytes=max_body_bytes, request_timeout=request_timeout
+    )
     listener = sock if sock is not None else bind(host, port)
     url = url_of(listener)
     stop = anyio.Event()

@@ -22,6 +22,7 @@ class ServeState:
     model_name: str | None = None
     started: float = field(default_factory=time.time)
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (path, status) -> count
+    responses_by_key: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key name, status) -> count
     disconnects: int = 0  # chat requests whose client went away before the reply
     _ids: int = 0
 
