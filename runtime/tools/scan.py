@@ -15,6 +15,7 @@ never allows it). A reply with no opener is plain content, as it is.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,9 @@ from runtime.tools.spec import Tool
 __all__ = ["RawCall", "Scanned", "held_back", "scan", "string_typed"]
 
 _WS = " \t\r\n"
+_HARMONY_HEADS = ("<|start|>", "<|channel|>")
+# what a harmony call's header leaves before `to=functions.` in the answer part
+_HARMONY_TAIL = re.compile(r"(?:<\|end\|>)?\s*(?:<\|start\|>assistant)?\s*(?:<\|channel\|>\w+)?\s*$")
 
 
 @dataclass
@@ -179,6 +183,8 @@ class _Cursor:
             self.name_json_call()
         elif shape == "xml":
             self.xml_call()
+        elif shape == "harmony":
+            self.harmony_call()
         else:
             raise _Bad(f"no scanner for shape {shape}")
 
@@ -206,6 +212,20 @@ class _Cursor:
             raise _More
         if node.kind != "object":
             raise _Bad("a tool call must be a JSON object")
+        if s.name_is_key:  # {NAME: {args}}
+            if not node.keys:
+                if node.complete:
+                    raise _Bad("a tool call needs the tool's name as its key")
+                raise _More
+            if len(node.keys) > 1:
+                raise _Bad("a tool call has one key, the tool's name")
+            call = RawCall(node.keys[0])
+            self.calls.append(call)
+            self.set_args(call, node.items[0])
+            call.complete = node.complete
+            if node.items[0].kind not in ("object", "pending"):
+                raise _Bad(f"{call.name}: arguments are not a JSON object")
+            return
         name = node.get(s.name_key)
         if name is None or not name.complete:
             if node.complete:
@@ -249,6 +269,9 @@ class _Cursor:
     def name_json_call(self) -> None:
         s = self.s
         self.expect(s.call_open)
+        before_id: str | None = None
+        if s.id_before:
+            before_id = self.until(s.id_before)[0].strip()
         ends = tuple(e for e in (s.id_open, s.name_close) if e)
         written, end = self.until(*ends)
         name = written.strip()
@@ -265,7 +288,7 @@ class _Cursor:
                 name = base
         if not name or any(c in name for c in "<>[]{}\n\"'"):
             raise _Bad(f"bad tool name {name!r}")
-        call = RawCall(name, written_id)
+        call = RawCall(name, written_id or before_id or None)
         self.calls.append(call)
         self.ws()
         if s.args_open:
@@ -284,6 +307,36 @@ class _Cursor:
             self.ws()
         if s.call_close:
             self.expect(s.call_close, "after the tool call (not closed)")
+        call.complete = True
+
+    def harmony_call(self) -> None:
+        """gpt-oss: `to=functions.NAME`, the rest of the channel header, `<|message|>`, the JSON arguments,
+        then `<|call|>` (or the end of the text, where `<|call|>` stopped generation)."""
+        self.expect("to=functions.")
+        name, _ = self.until("<|message|>")
+        name = name.strip()
+        name = name.split("<|channel|>")[0].split("<|constrain|>")[0].split()[0] if name.strip() else ""
+        if not name or any(c in name for c in "<>{}\"'"):
+            raise _Bad(f"bad tool name {name!r}")
+        call = RawCall(name)
+        self.calls.append(call)
+        node = self.json_value()
+        if node.kind == "pending" and self.at_end():
+            raise _More
+        if node.kind != "object":
+            raise _Bad(f"{name}: arguments are not a JSON object")
+        self.set_args(call, node)
+        if not node.complete:
+            raise _More
+        self.ws()
+        if self.at_end():  # `<|call|>` is a stop: the text ends with the arguments
+            call.complete = True
+            return
+        for end in ("<|call|>", "<|end|>"):
+            if self.peek(end) is None:
+                raise _More
+            if self.maybe(end):
+                break
         call.complete = True
 
     def xml_call(self) -> None:
@@ -318,7 +371,7 @@ class _Cursor:
                 break
             self.expect(s.param_open, "(a parameter)")
             key, _ = self.until(s.param_name_end)
-            key = key.strip()
+            key = key.split('"')[0].strip() if s.param_typed[0] else key.strip()
             done = ", ".join(parts)
             call.arguments = "{" + (done + ", " if parts else "") + json.dumps(key, ensure_ascii=False) + ": "
             if s.value_open:
@@ -367,7 +420,12 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
         if k < 0:
             tail = text[pos:]
             if not final:
-                tail = tail[: len(tail) - held_back(tail, (opener,))]
+                heads = (opener, *_HARMONY_HEADS) if syntax.shape == "harmony" else (opener,)
+                tail = tail[: len(tail) - held_back(tail, heads)]
+                if syntax.shape == "harmony":  # a channel header still being written may become a call's
+                    head = max(tail.rfind(h) for h in _HARMONY_HEADS)
+                    if head >= 0 and "<|message|>" not in tail[head:]:
+                        tail = tail[:head]
             if cur.calls and tail.strip():
                 if final:
                     error = "text after the tool calls"
@@ -376,7 +434,8 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
             elif not cur.calls:
                 pieces.append(tail)
             break
-        pieces.append(text[pos:k])
+        before = text[pos:k]
+        pieces.append(_HARMONY_TAIL.sub("", before) if syntax.shape == "harmony" else before)
         cur.i = k
         try:
             cur.block()

@@ -1,8 +1,8 @@
 """`SyntaxFormat`: a `ToolFormat` made from a family's `ToolSyntax` (runtime.tools.families).
 
 - `render_plan`: native, so the template gets the tools and the tool history as they are, the same under
-  every `tool_choice` (only the grammar differs); tool-call arguments as objects, or as JSON strings for a
-  template that renders `arguments` as it is (`args_string`, found by a probe render in `detect_format`).
+  every `tool_choice` (only the grammar differs). Arguments go as objects; the renderer passes them on as
+  llama-server does (objects where the template's caps allow, else JSON strings: `args_string`).
 - `grammar`: `auto` is lazy, triggered by the calls' opener (text before it is free) and never inside a
   reasoning block (the trigger pattern needs the block closed first); `required` or a tool name apply
   from the first token after an optional reasoning block; `none` gives no grammar (the tools are still
@@ -72,8 +72,11 @@ class SyntaxFormat(ToolFormat):
         return f"SyntaxFormat({self.syntax.name!r}, args_string={self.args_string})"
 
     def render_plan(self, messages: list[dict[str, Any]], tools: Sequence[Tool], choice: ToolChoice) -> RenderPlan:
-        msgs = string_arguments(messages) if self.args_string else list(messages)
-        return RenderPlan(messages=msgs, tools=[t.openai() for t in tools] or None, kwargs=dict(self.kwargs))
+        specs = [t.openai() for t in tools]
+        kwargs = dict(self.kwargs)
+        if self.syntax.tools_variable:  # the template reads the tools as JSON text (FireFunction v2: `functions`)
+            kwargs[self.syntax.tools_variable] = json.dumps(specs, indent=2, ensure_ascii=False) if specs else ""
+        return RenderPlan(messages=list(messages), tools=specs or None, kwargs=kwargs)
 
     def grammar(self, tools: Sequence[Tool], choice: ToolChoice, *, parallel: bool = False) -> ToolGrammar | None:
         allowed = choice.allowed(tools)
