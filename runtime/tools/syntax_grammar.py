@@ -8,7 +8,9 @@ the required ones always, the others optionally (llama-server's XML grammars do 
 
 Triggers (`auto`): the opener as a trigger word; a template with a reasoning block gets a trigger pattern
 instead, which matches only once the block is closed or when no block was opened, so a call written in
-the reasoning never starts the grammar. `required` / a name: not lazy; with a reasoning block the grammar
+the reasoning never starts the grammar (a template whose generation prompt opens the block by default:
+only once it is closed; with thinking turned off in such a template, calls are then parsed but not
+constrained). `required` / a name: not lazy; with a reasoning block the grammar
 first allows an optional reasoning block (any text up to and including the closer), then the calls.
 """
 
@@ -37,8 +39,12 @@ def _seq(*parts: str) -> str:
 
 def _json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     params = b.document(tool.parameters)
+    if s.name_is_key:
+        schema = {"type": "object", "properties": {tool.name: params}, "required": [tool.name]}
+        return b.visit(f"{tool.name}-call", schema)
     props: dict[str, Any] = {}
     required: list[str] = []
+    # an id with a fixed shape is one the template insists on (Mistral Nemo); others are optional
     id_schema: dict[str, Any] = {"type": "string", **({"pattern": s.id_pattern} if s.id_pattern else {})}
     if s.id_key and s.id_first:
         props[s.id_key] = id_schema
@@ -48,7 +54,8 @@ def _json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     required += [s.name_key, s.args_key]
     if s.id_key and not s.id_first:
         props[s.id_key] = id_schema
-        required.append(s.id_key)
+        if s.id_pattern:
+            required.append(s.id_key)
     return b.visit(f"{tool.name}-call", {"type": "object", "properties": props, "required": required})
 
 
@@ -58,7 +65,8 @@ def _name_json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     call_id = ""
     if s.id_open:
         call_id = _seq(_lit(s.id_open), b.rule("call-id", "[a-zA-Z0-9]{9}" if s.id_style == "mistral" else "[^\\x5B]+"))
-    body = _seq(_lit(s.call_open), name, call_id, _lit(s.name_close), _lit(s.args_open), args)
+    before = _seq(b.rule("call-id-before", "[^<]+"), _lit(s.id_before)) if s.id_before else ""
+    body = _seq(_lit(s.call_open), before, name, call_id, _lit(s.name_close), _lit(s.args_open), args)
     body = _seq(body, "space", _lit(s.args_close), _lit(s.call_close))
     return b.rule(f"{tool.name}-call", body)
 
@@ -80,23 +88,32 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
         else:
             value = _seq("space", b.visit(f"{tool.name}-{key}", spec), "space", _lit(s.param_close))
         value_open = _seq("space", _lit(s.value_open)) if s.value_open else ""
-        param = _seq("space", _lit(s.param_open + key + s.param_name_end), value_open, value)
+        typed = s.param_typed[0 if string_typed(tool, key) else 1]
+        param = _seq("space", _lit(s.param_open + key + typed + s.param_name_end), value_open, value)
         rule = b.rule(f"{tool.name}-{key}-param", param)
         parts.append(rule if key in required else f"{rule}?")
-    name_end = _lit(s.fn_name_end) if s.fn_name_end else '"\\n"'
+    name_end = _lit(s.fn_name_end) if s.fn_name_end else '"\\n"?'
     body = _seq(_lit(s.call_open), "space", _lit(s.fn_open + tool.name), name_end, *parts, "space")
     body = _seq(body, _lit(s.fn_close), "space" if s.fn_close else "", _lit(s.call_close))
     return b.rule(f"{tool.name}-call", body)
 
 
-def trigger_pattern(opener: str, reasoning: tuple[str, str]) -> str:
+def _harmony_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
+    """gpt-oss: the recipient, then the channel header its template writes, then the JSON arguments."""
+    args = b.visit(f"{tool.name}-args", b.document(tool.parameters))
+    head = _lit(s.call_open + tool.name) + ' "<|channel|>commentary" ( " json" | " <|constrain|>json" )? "<|message|>"'
+    return b.rule(f"{tool.name}-call", _seq(head, args))
+
+
+def trigger_pattern(opener: str, reasoning: tuple[str, str], inside: bool = False) -> str:
     """A lazy-grammar pattern (llama.cpp matches it against the whole output so far) that fires at the first
-    `opener` outside a reasoning block: none was opened before it, or the last one was closed."""
+    `opener` outside a reasoning block: none was opened before it, or the last one was closed. `inside`:
+    the generation prompt opened the block, so the output must close it first."""
     start, end = (re.escape(t) for t in reasoning)
     op = re.escape(opener)
     no_block = rf"(?:(?!{start})[\s\S])*?"
     closed = rf"[\s\S]*?{end}(?:(?!{start})[\s\S])*?"
-    return rf"^(?:{closed}|{no_block})({op})[\s\S]*"
+    return rf"^(?:{closed})({op})[\s\S]*" if inside else rf"^(?:{closed}|{no_block})({op})[\s\S]*"
 
 
 def syntax_grammar(
@@ -106,10 +123,11 @@ def syntax_grammar(
     must_call: bool,
     parallel: bool,
     reasoning: tuple[str, str] | None = None,
+    inside: bool = False,
 ) -> ToolGrammar:
     """The grammar for calls to `tools` in syntax `s` (see the module docstring)."""
     b = GrammarBuilder()
-    make = {"json": _json_call, "name_json": _name_json_call, "xml": _xml_call}[s.shape]
+    make = {"json": _json_call, "name_json": _name_json_call, "xml": _xml_call, "harmony": _harmony_call}[s.shape]
     calls = [make(b, s, tool) for tool in tools]
     if s.shape == "json":
         any_call = b.rule("any-tool-call", "( " + " | ".join(calls) + " ) space")
@@ -120,6 +138,9 @@ def syntax_grammar(
             )
         else:
             tool_call = b.rule("tool-call", _seq(_lit(s.call_open), "space", any_call, _lit(s.call_close), "space"))
+    elif s.shape == "harmony":  # after the analysis channel: `<|start|>assistant`, then the recipient
+        head = '( "<|start|>assistant" )? ( "<|channel|>commentary" )? " "?'
+        tool_call = b.rule("tool-call", head + " ( " + " | ".join(calls) + " )")
     else:
         tool_call = b.rule("tool-call", "( " + " | ".join(calls) + " ) space")
     many = f"{tool_call}+" if parallel and not s.array else tool_call
@@ -135,5 +156,5 @@ def syntax_grammar(
     if not lazy:
         return ToolGrammar(b.text(), lazy=False)
     if reasoning is not None:
-        return ToolGrammar(b.text(), lazy=True, trigger_patterns=(trigger_pattern(s.opener, reasoning),))
+        return ToolGrammar(b.text(), lazy=True, trigger_patterns=(trigger_pattern(s.opener, reasoning, inside),))
     return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener,))
