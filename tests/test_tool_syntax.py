@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from runtime import Runtime
 from runtime.errors import ToolCallParseError
+from runtime.testing import ScriptedBackend
 from runtime.testing.vendor import vendored_template
 from runtime.tools import (
     FAMILIES,
@@ -34,6 +36,7 @@ from runtime.tools import partial_json as pj
 from runtime.tools.families import by_name
 from runtime.tools.formats import detect_format
 from runtime.tools.reconstruct import check
+from sessions import MemoryStore
 from tests.test_tools_grammar import Vocab
 from tests.tool_models import write_qwen
 
@@ -542,3 +545,37 @@ def test_llama3_prefixes(text: str) -> None:
 def test_generic_prefixes(text: str) -> None:
     parts = _assert_prefixes(GenericFormat(), text)
     assert parts[-1].content == GenericFormat().parse(text, TOOLS, AUTO).content
+
+
+class _NativeBackend(ScriptedBackend):
+    """The scripted slot with a real template's tool format (rendering stays the scripted one)."""
+
+    def __init__(self, template: str, reply: Any) -> None:
+        super().__init__(reply)
+        self._format = detect_format(vendored_template(template))
+
+    def tool_format(self) -> ToolFormat:
+        return self._format
+
+
+async def test_agent_loop_over_a_native_format() -> None:
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    def reply(messages: Any) -> str:
+        if messages[-1]["role"] == "tool":
+            return "It is 84."
+        return '[TOOL_CALLS]multiply[CALL_ID]abcDEF123[ARGS]{"a": 12, "b": 7}'
+
+    backend = _NativeBackend("Mistral-Small-3.2-24B-Instruct-2506.jinja", reply)
+    store = MemoryStore()
+    async with Runtime.serve(backend, store) as rt:
+        done = await rt.run("calc", "12 times 7?", tools=[multiply])
+        assert done.text == "It is 84."
+        assert [(s.call.id, s.call.name, s.call.arguments, s.result) for s in done.steps] == [
+            ("abcDEF123", "multiply", {"a": 12, "b": 7}, "84")
+        ]
+        history = store.get("calc").messages
+        assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+        assert history[2].tool_call_id == "abcDEF123"
