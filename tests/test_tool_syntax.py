@@ -579,3 +579,21 @@ async def test_agent_loop_over_a_native_format() -> None:
         history = store.get("calc").messages
         assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
         assert history[2].tool_call_id == "abcDEF123"
+
+
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_mangled_outputs_never_crash(family: str) -> None:
+    """Cut, doubled or swapped pieces of a family's output: a parse, plain text or ToolCallParseError, never
+    another exception; prefixes never raise."""
+    _, text, _ = CASES[family]
+    fmt = fmt_for(family)
+    n = len(text)
+    variants = [text[: n // 2], text[n // 3 :], text + text, text[::-1], text.replace('"', ""), text.replace(">", "")]
+    variants += [text[:k] + text[k + 3 :] for k in range(0, n, max(1, n // 12))]
+    for bad in variants:
+        try:
+            fmt.parse(bad, TOOLS, AUTO, seed="m")
+        except ToolCallParseError as err:
+            assert err.text == bad
+        for k in range(0, len(bad) + 1, 7):
+            assert isinstance(fmt.parse_partial(bad[:k], TOOLS, seed="m"), PartialReply)
