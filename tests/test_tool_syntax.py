@@ -198,6 +198,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         'Let me check.<function=get_weather>{"city": "Paris", "days": 2}</function>',
         "Let me check.",
     ),
+    "functionary_v3_2": (  # after a generation prompt that ends with `>>>`
+        "meetkai-functionary-medium-v3.2.jinja",
+        'all\nLet me check.>>>get_weather\n{"city":"Paris","days":2}',  # compact, as its template writes
+        "Let me check.",
+    ),
     "harmony": (  # the answer part, after the splitter took the analysis channel
         "openai-gpt-oss-120b.jinja",
         ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 2}',
@@ -240,7 +245,8 @@ def test_detects_the_family(family: str) -> None:
     fmt = fmt_for(family)
     assert isinstance(fmt, SyntaxFormat) and fmt.name == family
     # arguments as objects for every native template (its caps), but Granite 3.3's renders no calls at all
-    assert fmt.args_string is (family == "granite")
+    # (Functionary v3.2's renders them as it gets them: JSON strings)
+    assert fmt.args_string is (family in ("granite", "functionary_v3_2"))
 
 
 @pytest.mark.parametrize(
@@ -327,6 +333,8 @@ def _two_calls(family: str, text: str) -> str:
     """The case's output with a second call (OSLO) in the family's own way of writing several."""
     s = by_name(family)
     oslo_json = json.dumps(OSLO, ensure_ascii=False)
+    if family == "functionary_v3_2":
+        return f"{text}>>>get_weather\n{oslo_json}"
     if s.shape == "xml":
         second = text[text.find(s.call_open or s.fn_open) : text.rfind(s.call_close or s.fn_close)]
         second = second.replace("Paris", str(OSLO["city"])).replace(">2<", ">3<").replace("\n2\n", "\n3\n")
@@ -477,6 +485,8 @@ def test_grammar_in_llama_cpp(vocab: Vocab, family: str) -> None:
     _, text, content = CASES[family]
     fmt, text = _plain(fmt_for(family), text)
     calls = text[len(content) :].lstrip() if content else text.lstrip()
+    if family == "functionary_v3_2":  # a reply that only calls starts with the recipient
+        calls = text.split(">>>", 1)[1]
     required = fmt.grammar(TOOLS, REQUIRED, parallel=fmt.parallel)
     assert required is not None and not required.lazy
     assert vocab.accepts(required, calls), required.gbnf
@@ -597,3 +607,14 @@ def test_mangled_outputs_never_crash(family: str) -> None:
             assert err.text == bad
         for k in range(0, len(bad) + 1, 7):
             assert isinstance(fmt.parse_partial(bad[:k], TOOLS, seed="m"), PartialReply)
+
+
+def test_functionary_v3_2_content_is_the_message_to_all() -> None:
+    fmt = fmt_for("functionary_v3_2")
+    assert fmt.parse("all\nHello, world!\nWhat's up?", TOOLS, AUTO) == fmt.parse_calls(
+        "all\nHello, world!\nWhat's up?", TOOLS
+    )
+    assert fmt.parse("all\nHello, world!\nWhat's up?", TOOLS, AUTO).content == "Hello, world!\nWhat's up?"
+    assert fmt.parse("Hello there.", TOOLS, AUTO).content == "Hello there."  # no recipient: plain text
+    assert fmt.parse_partial("al", TOOLS).content == ""
+    _assert_prefixes(fmt, "all\nHello, world!")

@@ -12,6 +12,8 @@ the family's template renders back for an assistant message with `tool_calls`):
   `param_close`, then `fn_close` `call_close` (Qwen3-Coder / Qwen3.5 / Nemotron 3 / StepFun, GLM 4.5-4.7,
   MiniMax M2, Seed-OSS): values are raw text for string parameters (one newline after the opener and
   one before the closer belong to the syntax) and JSON for the others;
+  Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
+  as the message to the recipient `all` (`content_recipient`);
 - "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
 
 `section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
@@ -76,6 +78,9 @@ class ToolSyntax:
     exclude: tuple[str, ...] = ()  # none of these may occur in the template source
     tools_variable: str = ""  # the template reads the tools as JSON text from this variable (FireFunction v2)
     pattern: str = ""  # a regex that must also match the template source
+    # the generation prompt ends with `call_open`, so the output starts with a recipient: this one's message
+    # is the content (Functionary v3.2's `all`), any other is a call
+    content_recipient: str = ""
 
     def __post_init__(self) -> None:
         if not self.opener:
@@ -328,6 +333,14 @@ APERTUS = ToolSyntax(
 FIREFUNCTION_V2 = ToolSyntax(
     "firefunction_v2", "json", ("functools[",), call_open="functools", array=True, tools_variable="functions"
 )
+FUNCTIONARY_V3_2 = ToolSyntax(
+    "functionary_v3_2",
+    "name_json",
+    (">>>all", ">>>${recipient}"),
+    call_open=">>>",
+    name_close="\n",
+    content_recipient="all",
+)
 HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant message
     "harmony", "harmony", ("<|channel|>",), call_open="to=functions.", stops=("<|call|>",), parallel=False
 )
@@ -357,6 +370,7 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     GRANITE,
     APERTUS,
     FIREFUNCTION_V2,
+    FUNCTIONARY_V3_2,
     FUNCTIONARY_V3_1,
     HERMES,
 )

@@ -59,16 +59,16 @@ def _json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     return b.visit(f"{tool.name}-call", {"type": "object", "properties": props, "required": required})
 
 
-def _name_json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
+def _name_json_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool, *, opener: bool = True) -> str:
     args = b.visit(f"{tool.name}-args", b.document(tool.parameters))
     name = _lit(s.name_prefix + tool.name) + (' ":" [0-9]+' if s.name_index else "")
     call_id = ""
     if s.id_open:
         call_id = _seq(_lit(s.id_open), b.rule("call-id", "[a-zA-Z0-9]{9}" if s.id_style == "mistral" else "[^\\x5B]+"))
     before = _seq(b.rule("call-id-before", "[^<]+"), _lit(s.id_before)) if s.id_before else ""
-    body = _seq(_lit(s.call_open), before, name, call_id, _lit(s.name_close), _lit(s.args_open), args)
-    body = _seq(body, "space", _lit(s.args_close), _lit(s.call_close))
-    return b.rule(f"{tool.name}-call", body)
+    body = _seq(_lit(s.call_open) if opener else "", before, name, call_id, _lit(s.name_close), _lit(s.args_open))
+    body = _seq(body, args, "space", _lit(s.args_close), _lit(s.call_close))
+    return b.rule(f"{tool.name}-call" if opener else f"{tool.name}-first-call", body)
 
 
 def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
@@ -144,6 +144,12 @@ def syntax_grammar(
     else:
         tool_call = b.rule("tool-call", "( " + " | ".join(calls) + " ) space")
     many = f"{tool_call}+" if parallel and not s.array else tool_call
+    if s.content_recipient:  # the prompt wrote the first opener (Functionary v3.2): the first call lacks it
+        firsts = [_name_json_call(b, s, tool, opener=False) for tool in tools]
+        first = b.rule("first-tool-call", "( " + " | ".join(firsts) + " ) space")
+        first = f"{first} {tool_call}*" if parallel else first
+        # lazy: triggered at the first recipient, or at the opener after the content's message
+        many = first if must_call else f"( {first} ) | ( {many} )"
     if s.section_open:
         many = _seq(_lit(s.section_open), "space", many, _lit(s.section_close), "space" if s.section_close else "")
     lazy = not must_call
@@ -155,6 +161,10 @@ def syntax_grammar(
         b.rule("root", many)
     if not lazy:
         return ToolGrammar(b.text(), lazy=False)
+    if s.content_recipient:
+        head, op = re.escape(s.content_recipient + "\n"), re.escape(s.opener)
+        pattern = rf"^(?:{head}[\s\S]*?({op})|(?!{head})([A-Za-z0-9_.:-]+\n))[\s\S]*"
+        return ToolGrammar(b.text(), lazy=True, trigger_patterns=(pattern,))
     if reasoning is not None:
         return ToolGrammar(b.text(), lazy=True, trigger_patterns=(trigger_pattern(s.opener, reasoning, inside),))
     return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener,))
