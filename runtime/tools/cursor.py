@@ -6,6 +6,7 @@ the calls it reads go to `calls` as soon as their names are complete (`RawCall`)
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,6 +66,22 @@ def string_typed(tool: Tool | None, key: str) -> bool:
     if isinstance(kind, list):
         return kind == ["string"] or (set(kind) <= {"string", "null"} and "string" in kind)
     return kind == "string" or (kind is None and "const" in spec and isinstance(spec["const"], str))
+
+
+def _python_value(text: str) -> Any:
+    """A Python literal (or JSON) as a JSON value; `Bad` if it is neither."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            raise Bad(f"{text[:40]!r} is not a Python literal or JSON") from None
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        raise Bad(f"{text[:40]!r} is not a JSON value") from None
+    return json.loads(json.dumps(value))  # tuples to lists
 
 
 class Cursor:
@@ -164,6 +181,8 @@ class Cursor:
             self.xml_call()
         elif shape == "harmony":
             self.harmony_call()
+        elif shape == "pythonic":
+            self.pythonic_calls()
         else:
             raise Bad(f"no scanner for shape {shape}")
 
@@ -287,6 +306,83 @@ class Cursor:
         if s.call_close:
             self.expect(s.call_close, "after the tool call (not closed)")
         call.complete = True
+
+    def pythonic_calls(self) -> None:
+        """LFM2: `call_open` `[` NAME(key=value, ...), ... `]` `call_close`, values Python literals (read by
+        `ast.literal_eval`, never evaluated), or JSON."""
+        s = self.s
+        self.expect(s.call_open)
+        self.ws()
+        self.expect("[")
+        while True:
+            self.ws()
+            k = self.i
+            while k < len(self.text) and (self.text[k].isalnum() or self.text[k] in "_.-"):
+                k += 1
+            if k == len(self.text):
+                raise More
+            name, self.i = self.text[self.i : k], k
+            if not name:
+                raise Bad("a call needs a tool name")
+            self.expect("(")
+            call = RawCall(name, arguments="{")
+            self.calls.append(call)
+            values: dict[str, Any] = {}
+            parts: list[str] = []
+            while True:
+                self.ws()
+                if self.maybe(")"):
+                    break
+                if parts:
+                    self.expect(",")
+                    self.ws()
+                key, _ = self.until("=")
+                key = key.strip()
+                if not key.isidentifier():
+                    raise Bad(f"{name}: bad argument name {key!r}")
+                call.arguments = "{" + "".join(p + ", " for p in parts) + json.dumps(key, ensure_ascii=False) + ": "
+                val = _python_value(self._literal())
+                values[key] = val
+                parts.append(json.dumps(key, ensure_ascii=False) + ": " + json.dumps(val, ensure_ascii=False))
+                call.arguments = "{" + ", ".join(parts)
+            call.arguments = "{" + ", ".join(parts) + "}"
+            call.value, call.complete = values, True
+            self.ws()
+            if self.maybe(","):
+                continue
+            self.expect("]")
+            break
+        self.ws()
+        self.expect(s.call_close, "after the tool calls (not closed)")
+
+    def _literal(self) -> str:
+        """The text of one Python literal, up to a `,` or `)` outside brackets and strings."""
+        depth, quote, k = 0, "", self.i
+        while k < len(self.text):
+            c = self.text[k]
+            if quote:
+                if c == "\\":
+                    k += 2
+                    continue
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                break
+            k += 1
+        if k >= len(self.text):
+            raise More
+        out, self.i = self.text[self.i : k].strip(), k
+        if not out:
+            raise Bad("an argument without a value")
+        return out
 
     def harmony_call(self) -> None:
         """gpt-oss: `to=functions.NAME`, the rest of the channel header, `<|message|>`, the JSON arguments,

@@ -14,6 +14,7 @@ the family's template renders back for an assistant message with `tool_calls`):
   one before the closer belong to the syntax) and JSON for the others;
   Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
   as the message to the recipient `all` (`content_recipient`);
+- "pythonic": LFM2's `[NAME(key=value, ...), ...]`, values Python literals;
 - "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
 
 `section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
@@ -31,7 +32,7 @@ from typing import Literal
 
 __all__ = ["FAMILIES", "ToolSyntax", "by_name", "detect_syntax"]
 
-Shape = Literal["json", "name_json", "xml", "harmony"]
+Shape = Literal["json", "name_json", "xml", "harmony", "pythonic"]
 
 
 @dataclass(frozen=True)
@@ -341,6 +342,13 @@ FUNCTIONARY_V3_2 = ToolSyntax(
     name_close="\n",
     content_recipient="all",
 )
+LFM2 = ToolSyntax(  # LFM2, LFM2.5
+    "lfm2",
+    "pythonic",
+    ("List of tools: ",),
+    call_open="<|tool_call_start|>",
+    call_close="<|tool_call_end|>",
+)
 HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant message
     "harmony", "harmony", ("<|channel|>",), call_open="to=functions.", stops=("<|call|>",), parallel=False
 )
@@ -370,6 +378,7 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     GRANITE,
     APERTUS,
     FIREFUNCTION_V2,
+    LFM2,
     FUNCTIONARY_V3_2,
     FUNCTIONARY_V3_1,
     HERMES,

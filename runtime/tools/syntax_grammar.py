@@ -98,6 +98,45 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     return b.rule(f"{tool.name}-call", body)
 
 
+def _pythonic_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
+    """LFM2: NAME(key=value, ...), the required keys in schema order, then the optional ones; values as JSON
+    of their schema, except booleans and null in Python's spelling."""
+    doc = b.document(tool.parameters)
+    props = doc.get("properties") if isinstance(doc.get("properties"), dict) else {}
+    assert isinstance(props, dict)
+    required = [k for k in props if k in set(doc.get("required", []))]
+    optional = [k for k in props if k not in required]
+    params: dict[str, str] = {}
+    for key in props:
+        spec = props[key]
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if kind == "boolean":
+            value = '( "True" | "False" )'
+        elif kind == "null":
+            value = '"None"'
+        elif string_typed(tool, key) and "enum" not in spec and "const" not in spec:
+            json_string = b.visit(f"{tool.name}-{key}", spec)
+            quoted = b.rule("py-string", '"\'" ( [^\'\\\\\\x00-\\x1F] | "\\\\" [^\\x00-\\x1F] )* "\'"')
+            value = f"( {json_string} | {quoted} )"
+        else:
+            value = b.visit(f"{tool.name}-{key}", spec)
+        params[key] = b.rule(f"{tool.name}-{key}-kw", f"{gbnf_literal(key + '=')} {value}")
+    sep = '"," space'
+    if required:
+        body = f" {sep} ".join(params[k] for k in required) + "".join(f" ( {sep} {params[k]} )?" for k in optional)
+    elif optional:
+        body = (
+            "( ( "
+            + " | ".join(params[k] for k in optional)
+            + f" ) ( {sep} ( "
+            + " | ".join(params[k] for k in optional)
+            + " ) )* )?"
+        )
+    else:
+        body = ""
+    return b.rule(f"{tool.name}-call", _seq(gbnf_literal(tool.name + "("), body, '")"'))
+
+
 def _harmony_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     """gpt-oss: the recipient, then the channel header its template writes, then the JSON arguments."""
     args = b.visit(f"{tool.name}-args", b.document(tool.parameters))
@@ -127,7 +166,13 @@ def syntax_grammar(
 ) -> ToolGrammar:
     """The grammar for calls to `tools` in syntax `s` (see the module docstring)."""
     b = GrammarBuilder()
-    make = {"json": _json_call, "name_json": _name_json_call, "xml": _xml_call, "harmony": _harmony_call}[s.shape]
+    make = {
+        "json": _json_call,
+        "name_json": _name_json_call,
+        "xml": _xml_call,
+        "harmony": _harmony_call,
+        "pythonic": _pythonic_call,
+    }[s.shape]
     calls = [make(b, s, tool) for tool in tools]
     if s.shape == "json":
         any_call = b.rule("any-tool-call", "( " + " | ".join(calls) + " ) space")
@@ -138,12 +183,16 @@ def syntax_grammar(
             )
         else:
             tool_call = b.rule("tool-call", _seq(_lit(s.call_open), "space", any_call, _lit(s.call_close), "space"))
+    elif s.shape == "pythonic":
+        any_call = b.rule("any-tool-call", "( " + " | ".join(calls) + " )")
+        items = f'{any_call} ( "," space {any_call} )*' if parallel else any_call
+        tool_call = b.rule("tool-call", _seq(_lit(s.call_open), '"["', items, '"]"', _lit(s.call_close)))
     elif s.shape == "harmony":  # after the analysis channel: `<|start|>assistant`, then the recipient
         head = '( "<|start|>assistant" )? ( "<|channel|>commentary" )? " "?'
         tool_call = b.rule("tool-call", head + " ( " + " | ".join(calls) + " )")
     else:
         tool_call = b.rule("tool-call", "( " + " | ".join(calls) + " ) space")
-    many = f"{tool_call}+" if parallel and not s.array else tool_call
+    many = f"{tool_call}+" if parallel and not s.array and s.shape != "pythonic" else tool_call
     if s.content_recipient:  # the prompt wrote the first opener (Functionary v3.2): the first call lacks it
         firsts = [_name_json_call(b, s, tool, opener=False) for tool in tools]
         first = b.rule("first-tool-call", "( " + " | ".join(firsts) + " ) space")
