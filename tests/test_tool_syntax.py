@@ -203,6 +203,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         'all\nLet me check.>>>get_weather\n{"city":"Paris","days":2}',  # compact, as its template writes
         "Let me check.",
     ),
+    "gemma4": (
+        "google-gemma-4-31B-it.jinja",
+        'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
+        "Let me check.",
+    ),
     "lfm2": (
         "LFM2.5-8B-A1B.jinja",
         "Let me check.<|tool_call_start|>[get_weather(city='Paris', days=2)]<|tool_call_end|>",
@@ -232,7 +237,8 @@ NO_RECONSTRUCTION = {
     "deepseek_v3_1": "</think>",
     "granite": "end_of_text|>",  # Granite 3.3's template renders no tool calls at all
     "nemotron_v2": "<SPECIAL_12>",  # Nemotron v2 renders the content as a message of its own
-    "command_r7b": "THINKING|><|END_THINKING|>",  # an empty thinking block before the action
+    "command_r7b": "THINKING|><|END_THINKING|>",
+    "gemma4": "<|tool_call>call:",  # Gemma 4 renders the calls before the content  # an empty thinking block before the action
     "deepseek_r1": "｜tool▁calls▁begin｜>",  # the template drops the reasoning once the reply is stored
 }
 
@@ -340,6 +346,8 @@ def _two_calls(family: str, text: str) -> str:
     oslo_json = json.dumps(OSLO, ensure_ascii=False)
     if family == "functionary_v3_2":
         return f"{text}>>>get_weather\n{oslo_json}"
+    if family == "gemma4":
+        return text + '<|tool_call>call:get_weather{city:<|"|>Oslo "N"\n<|"|>,days:3}<tool_call|>'
     if family == "lfm2":
         return text.replace(")]", f"), get_weather(city={OSLO['city']!r}, days=3)]")
     if s.shape == "xml":

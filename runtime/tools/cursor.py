@@ -15,6 +15,8 @@ from runtime.tools.reader import Bad, More, RawCall, Reader, held_back, string_t
 
 __all__ = ["Bad", "Cursor", "More", "RawCall", "held_back", "string_typed"]
 
+_GQ = '<|"|>'  # Gemma 4's string quote
+
 
 def _python_value(text: str) -> Any:
     """A Python literal (or JSON) as a JSON value; `Bad` if it is neither."""
@@ -66,6 +68,8 @@ class Cursor(Reader):
             self.harmony_call()
         elif shape == "pythonic":
             self.pythonic_calls()
+        elif shape == "gemma":
+            self.gemma_call()
         else:
             raise Bad(f"no scanner for shape {shape}")
 
@@ -266,6 +270,95 @@ class Cursor(Reader):
         if not out:
             raise Bad("an argument without a value")
         return out
+
+    def gemma_call(self) -> None:
+        """Gemma 4: `<|tool_call>call:NAME{key:value,...}<tool_call|>`; strings in `<|"|>` quotes, keys bare,
+        nested objects and lists in the same notation (JSON is read too)."""
+        s = self.s
+        self.expect(s.call_open)
+        name, _ = self.until("{")
+        name = name.strip()
+        if not name or any(c in name for c in "<>{}:,\"' \n"):
+            raise Bad(f"bad tool name {name!r}")
+        call = RawCall(name, arguments="{")
+        self.calls.append(call)
+        values: dict[str, Any] = {}
+        parts: list[str] = []
+        while True:
+            self.ws()
+            if self.maybe("}"):
+                break
+            if parts:
+                self.expect(",")
+                self.ws()
+            key = self._gemma_key()
+            call.arguments = "{" + "".join(p + ", " for p in parts) + json.dumps(key, ensure_ascii=False) + ": "
+            val = self._gemma_value()
+            values[key] = val
+            parts.append(json.dumps(key, ensure_ascii=False) + ": " + json.dumps(val, ensure_ascii=False))
+            call.arguments = "{" + ", ".join(parts)
+        call.arguments = "{" + ", ".join(parts) + "}"
+        call.value = values
+        self.ws()
+        self.expect(s.call_close, "after the tool call (not closed)")
+        call.complete = True
+
+    def _gemma_key(self) -> str:
+        if self.maybe(_GQ):
+            key, _ = self.until(_GQ)
+        elif self.peek('"'):
+            node = self.json_value()
+            if not node.complete:
+                raise More
+            key = str(node.scalar)
+        else:
+            key, _ = self.until(":")
+            return key.strip()
+        self.ws()
+        self.expect(":")
+        return key
+
+    def _gemma_value(self) -> Any:
+        self.ws()
+        if self.maybe(_GQ):
+            return self.until(_GQ)[0]
+        if self.peek('"'):
+            node = self.json_value()
+            if not node.complete:
+                raise More
+            return pj.value(node)
+        if self.maybe("{"):
+            out: dict[str, Any] = {}
+            while True:
+                self.ws()
+                if self.maybe("}"):
+                    return out
+                if out:
+                    self.expect(",")
+                    self.ws()
+                key = self._gemma_key()
+                out[key] = self._gemma_value()
+        if self.maybe("["):
+            items: list[Any] = []
+            while True:
+                self.ws()
+                if self.maybe("]"):
+                    return items
+                if items:
+                    self.expect(",")
+                items.append(self._gemma_value())
+        k = self.i
+        while k < len(self.text) and self.text[k] not in ",}]":
+            k += 1
+        if k == len(self.text):
+            raise More
+        word, self.i = self.text[self.i : k].strip(), k
+        if word in ("None", "null"):
+            return None
+        try:
+            return json.loads(word)  # numbers, true, false
+        except ValueError:
+            raise Bad(f"{word[:40]!r} is not a value") from None
 
     def harmony_call(self) -> None:
         """gpt-oss: `to=functions.NAME`, the rest of the channel header, `<|message|>`, the JSON arguments,

@@ -15,6 +15,7 @@ the family's template renders back for an assistant message with `tool_calls`):
   Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
   as the message to the recipient `all` (`content_recipient`);
 - "pythonic": LFM2's `[NAME(key=value, ...), ...]`, values Python literals;
+- "gemma": Gemma 4's `<|tool_call>call:NAME{key:value,...}<tool_call|>`, strings in `<|"|>` quotes;
 - "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
 
 `section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
@@ -32,7 +33,7 @@ from typing import Literal
 
 __all__ = ["FAMILIES", "ToolSyntax", "by_name", "detect_syntax"]
 
-Shape = Literal["json", "name_json", "xml", "harmony", "pythonic"]
+Shape = Literal["json", "name_json", "xml", "harmony", "pythonic", "gemma"]
 
 
 @dataclass(frozen=True)
@@ -342,6 +343,9 @@ FUNCTIONARY_V3_2 = ToolSyntax(
     name_close="\n",
     content_recipient="all",
 )
+GEMMA4 = ToolSyntax(
+    "gemma4", "gemma", ("'<|tool_call>call:'",), call_open="<|tool_call>call:", call_close="<tool_call|>"
+)
 LFM2 = ToolSyntax(  # LFM2, LFM2.5
     "lfm2",
     "pythonic",
@@ -378,6 +382,7 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     GRANITE,
     APERTUS,
     FIREFUNCTION_V2,
+    GEMMA4,
     LFM2,
     FUNCTIONARY_V3_2,
     FUNCTIONARY_V3_1,

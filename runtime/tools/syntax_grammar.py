@@ -137,6 +137,47 @@ def _pythonic_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     return b.rule(f"{tool.name}-call", _seq(gbnf_literal(tool.name + "("), body, '")"'))
 
 
+def _gemma_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
+    """Gemma 4: NAME{key:value,...} with the keys sorted (its template's `dictsort`), the required ones always;
+    strings in `<|"|>` quotes, booleans bare, anything else JSON of its schema."""
+    doc = b.document(tool.parameters)
+    props = doc.get("properties") if isinstance(doc.get("properties"), dict) else {}
+    assert isinstance(props, dict)
+    required = set(doc.get("required", []))
+    keys = sorted(props)
+    items: list[str] = []
+    for key in keys:
+        spec = props[key]
+        kind = spec.get("type") if isinstance(spec, dict) else None
+        if string_typed(tool, key) and "enum" not in spec and "const" not in spec:
+            for rule, body in reasoning_rules('<|"|>', "gemma-string").items():
+                b.rule(rule, body)
+            value = '"<|\\"|>" gemma-string'
+        elif kind == "boolean":
+            value = '( "true" | "false" )'
+        else:
+            value = b.visit(f"{tool.name}-{key}", spec)
+        items.append(b.rule(f"{tool.name}-{key}-kv", f"{gbnf_literal(key + ':')} {value}"))
+    first, rest = "", ""  # the keys from i on, with nothing / something written before
+    for i in range(len(keys) - 1, -1, -1):
+        tail_rest, tail_first = rest, first
+        with_item_rest = _seq('","', items[i], tail_rest)
+        with_item_first = _seq(items[i], tail_rest)
+        if keys[i] in required:
+            rest = b.rule(f"{tool.name}-rest-{i}", with_item_rest)
+            first = b.rule(f"{tool.name}-first-{i}", with_item_first)
+        else:
+            rest = b.rule(
+                f"{tool.name}-rest-{i}",
+                f"( {with_item_rest} )?" if not tail_rest else f"( {with_item_rest} ) | {tail_rest}",
+            )
+            alt = f" | {tail_first}" if tail_first else ""
+            first = b.rule(
+                f"{tool.name}-first-{i}", f"( {with_item_first} ){alt}" if alt else f"( {with_item_first} )?"
+            )
+    return b.rule(f"{tool.name}-call", _seq(_lit(s.call_open + tool.name + "{"), first, '"}"', _lit(s.call_close)))
+
+
 def _harmony_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     """gpt-oss: the recipient, then the channel header its template writes, then the JSON arguments."""
     args = b.visit(f"{tool.name}-args", b.document(tool.parameters))
@@ -172,6 +213,7 @@ def syntax_grammar(
         "xml": _xml_call,
         "harmony": _harmony_call,
         "pythonic": _pythonic_call,
+        "gemma": _gemma_call,
     }[s.shape]
     calls = [make(b, s, tool) for tool in tools]
     if s.shape == "json":
