@@ -203,6 +203,17 @@ CASES: dict[str, tuple[str, str, str]] = {
         'all\nLet me check.>>>get_weather\n{"city":"Paris","days":2}',  # compact, as its template writes
         "Let me check.",
     ),
+    "gigachat3": (
+        "GigaChat3-10B-A1.8B.jinja",
+        'Let me check.<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris", "days": 2}}',
+        "Let me check.",
+    ),
+    "gigachat3_1": (
+        "GigaChat3.1-10B-A1.8B.jinja",
+        'Let me check.<|function_call|>{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}',
+        "Let me check.",
+    ),
     "gemma4": (
         "google-gemma-4-31B-it.jinja",
         'Let me check.<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>',
@@ -237,8 +248,8 @@ NO_RECONSTRUCTION = {
     "deepseek_v3_1": "</think>",
     "granite": "end_of_text|>",  # Granite 3.3's template renders no tool calls at all
     "nemotron_v2": "<SPECIAL_12>",  # Nemotron v2 renders the content as a message of its own
-    "command_r7b": "THINKING|><|END_THINKING|>",
-    "gemma4": "<|tool_call>call:",  # Gemma 4 renders the calls before the content  # an empty thinking block before the action
+    "command_r7b": "THINKING|><|END_THINKING|>",  # an empty thinking block before the action
+    "gemma4": "<|tool_call>call:",  # Gemma 4 renders the calls before the content
     "deepseek_r1": "｜tool▁calls▁begin｜>",  # the template drops the reasoning once the reply is stored
 }
 

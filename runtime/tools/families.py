@@ -343,6 +343,17 @@ FUNCTIONARY_V3_2 = ToolSyntax(
     name_close="\n",
     content_recipient="all",
 )
+GIGACHAT3 = ToolSyntax(  # one call, as a message of its own after the content
+    "gigachat3",
+    "json",
+    ("<|role_sep|>", "<|message_sep|>", "function call"),
+    call_open="<|message_sep|>\n\nfunction call<|role_sep|>",
+    parallel=False,
+    exclude=("<|function_call|>",),
+)
+GIGACHAT3_1 = ToolSyntax(
+    "gigachat3_1", "json", ("<|role_sep|>", "<|function_call|>"), call_open="<|function_call|>", parallel=False
+)
 GEMMA4 = ToolSyntax(
     "gemma4", "gemma", ("'<|tool_call>call:'",), call_open="<|tool_call>call:", call_close="<tool_call|>"
 )
@@ -382,6 +393,8 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     GRANITE,
     APERTUS,
     FIREFUNCTION_V2,
+    GIGACHAT3,
+    GIGACHAT3_1,
     GEMMA4,
     LFM2,
     FUNCTIONARY_V3_2,
