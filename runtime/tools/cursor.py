@@ -77,6 +77,9 @@ class Cursor(Reader):
         s = self.s
         self.expect(s.call_open)
         self.ws()
+        if s.args_open:  # a fence around the JSON (Command R+)
+            self.expect(s.args_open)
+            self.ws()
         node = self.json_value()
         if s.array:
             if node.kind not in ("array", "pending"):
@@ -88,6 +91,9 @@ class Cursor(Reader):
         if not node.complete:
             raise More
         self.ws()
+        if s.args_close:
+            self.expect(s.args_close)
+            self.ws()
         if s.call_close:
             self.expect(s.call_close, "after the tool call (not closed)")
 
