@@ -26,6 +26,7 @@ from runtime.loop.scheduler import Job
 from runtime.loop.stream import Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
+from runtime.tools import reply_seed
 from runtime.types import RequestKind
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
@@ -115,7 +116,7 @@ class TurnRunner:
             result, parts = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces, policy, key)
             if result.finish_reason == "cancelled" or job.cancelled:
                 return self._reply(job, result, session.revision)
-            done = turn.constraints.finish(parts.content, result.finish_reason)
+            done = turn.constraints.finish(parts.content, result.finish_reason, seed=reply_seed(job.id))
             done = dataclasses.replace(done, reasoning=parts.reasoning)
             if not turn.commit:
                 return self._reply(job, result, session.revision, done)
