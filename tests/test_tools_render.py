@@ -16,7 +16,16 @@ import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from runtime.testing.tiny_models import CHATML_TEMPLATE
-from runtime.tools import GenericFormat, HermesFormat, Llama3Format, Tool, ToolChoice, ToolFormat, as_tools
+from runtime.tools import (
+    GenericFormat,
+    HermesFormat,
+    Llama3Format,
+    SyntaxFormat,
+    Tool,
+    ToolChoice,
+    ToolFormat,
+    as_tools,
+)
 from runtime.tools.base import RenderPlan
 from runtime.tools.formats import detect_format, render_prompt, template_uses_tools
 from runtime.tools.generic import RESPOND, TOOLS_INTRO
@@ -123,12 +132,15 @@ def test_detects_formats(models: dict[str, Model]) -> None:
     assert isinstance(detect_format(CHATML_TEMPLATE), GenericFormat)
     uses = "{% for t in tools %}{{ t | tojson }}{% endfor %}"
     assert isinstance(detect_format(uses + '<tool_call>\n{"name": <function-name>}</tool_call>'), HermesFormat)
-    assert isinstance(detect_format(uses + "{{ '<tool_call>\\n<function=' + name }}"), GenericFormat)  # Qwen3.5 XML
-    assert isinstance(detect_format(uses + "<tool_call>{{ tc.name }}<arg_key>"), GenericFormat)  # GLM
+    xml = detect_format(uses + "{{ '<tool_call>\\n<function=' + name }}<parameter=")  # Qwen3.5 XML
+    assert isinstance(xml, SyntaxFormat) and xml.name == "qwen3_coder"
+    glm = detect_format(uses + "<tool_call>{{ tc.name }}<arg_key>")
+    assert isinstance(glm, SyntaxFormat) and glm.name == "glm"
     assert isinstance(detect_format('<tool_call>{"name": x}</tool_call>'), GenericFormat)  # tools not rendered
     llama = "{{ tools }}<|start_header_id|>ipython<|end_header_id|>"
     assert isinstance(detect_format(llama + '{"name": "x", "parameters": {}}'), Llama3Format)
-    assert isinstance(detect_format(llama + "<function=x>"), GenericFormat)  # functionary v3.1
+    v31 = detect_format(llama + "<function=x>")  # functionary v3.1
+    assert isinstance(v31, SyntaxFormat) and v31.name == "functionary_v3_1"
 
 
 def test_qwen_rendering_equals_the_template(models: dict[str, Model]) -> None:
@@ -233,11 +245,7 @@ def test_generic_prompt_is_llama_servers(models: dict[str, Model]) -> None:
         {"role": "user", "content": "And Oslo?"},
     ]
     none = fmt.render_plan(conversation().chat_messages(), TOOLS, ToolChoice("none"))
-    assert none.messages[0]["content"] == system.replace(
-        "Respond in JSON format, either with `tool_call` (a request to call tools) or with `response` reply to "
-        "the user's request\n\n",
-        "",
-    )
+    assert none.messages[0]["content"] == system  # the same under every tool_choice: the prefix is kept
     no_system = fmt.render_plan([{"role": "user", "content": "hi"}], TOOLS, AUTO)
     assert no_system.messages[0] == {"role": "system", "content": system.removeprefix("You are terse.\n\n")}
     # the cached prefix: turn 1's whole prompt starts turn 2's

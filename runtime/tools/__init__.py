@@ -3,7 +3,8 @@
 """
 
 from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.calls import ParsedReply, new_call_id
+from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, canonical_arguments, new_call_id
+from runtime.tools.families import FAMILIES, ToolSyntax, detect_syntax
 from runtime.tools.formats import detect_format, template_uses_tools
 from runtime.tools.generic import GenericFormat
 from runtime.tools.grammar import ToolGrammar
@@ -11,22 +12,31 @@ from runtime.tools.hermes import HermesFormat
 from runtime.tools.llama3 import Llama3Format
 from runtime.tools.plan import ToolPlan, result_text
 from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
+from runtime.tools.syntax import SyntaxFormat
 from sessions.model import ToolCall
 
 __all__ = [
+    "FAMILIES",
     "GenericFormat",
     "HermesFormat",
     "Llama3Format",
     "ParsedReply",
+    "PartialCall",
+    "PartialReply",
     "RenderPlan",
+    "SyntaxFormat",
     "Tool",
     "ToolCall",
     "ToolChoice",
     "ToolFormat",
     "ToolGrammar",
     "ToolPlan",
+    "ToolSyntax",
     "as_tools",
+    "call_id",
+    "canonical_arguments",
     "detect_format",
+    "detect_syntax",
     "new_call_id",
     "resolve_tool_choice",
     "result_text",

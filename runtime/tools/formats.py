@@ -1,34 +1,37 @@
 """Which tool-call format a chat template speaks, decided from the template source.
 
-- The template renders tools itself (its Jinja reads the `tools` variable) and contains `<tool_call>` and
-  a JSON `{"name":`: `HermesFormat` (Qwen 2.5/3, QwQ, Hermes 2 Pro/3, Granite 4 ...).
+- The template renders tools itself (its Jinja reads the `tools` variable) and its source matches a
+  family of `runtime.tools.families` (detection order: specific markers first): that family's
+  `SyntaxFormat` (Hermes `<tool_call>` JSON for Qwen 2.5/3, Hermes 2 Pro/3 ...; the XML-style,
+  bracketed and tagged families llama-server parses). A template that renders tool calls but not the
+  tools (DeepSeek V3.1, the R1 distills, FireFunction v2) is native too, as llama-server's autoparser
+  treats it. The template's reasoning tags keep the grammar out of the reasoning block. Whether the
+  template gets arguments as objects or JSON strings is the renderer's business (llama-server's caps:
+  `runtime.templates`); `SyntaxFormat.args_string` records it.
 - It renders tools and is a Llama 3.x template (`<|start_header_id|>ipython<|end_header_id|>`, the
   test llama-server uses): `Llama3Format`.
-- Anything else (no tools in the template, or a syntax this module does not know, such as the XML-style
-  `<function=...>` / `<arg_key>` calls): `GenericFormat`, which
+- Anything else (no tools in the template, or a syntax no family knows): `GenericFormat`, which
   describes the tools in the system message as llama-server's generic handling did.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from runtime import reasoning as reasoning_formats
+from runtime.templates.caps import template_caps
 from runtime.tools.base import RenderPlan, ToolFormat
+from runtime.tools.families import HERMES, detect_syntax
 from runtime.tools.generic import GenericFormat, Render
 from runtime.tools.hermes import HermesFormat
 from runtime.tools.llama3 import Llama3Format
+from runtime.tools.syntax import SyntaxFormat
 
 __all__ = ["detect_format", "render_prompt", "template_uses_tools"]
-
-_JSON_NAME = re.compile(r'\{\\?"name\\?":')  # {"name": in the template, or {\"name\": inside a string
-# XML-style call syntaxes that also use <tool_call> (Qwen3-Coder / Qwen3.5 / Nemotron 3, GLM, Ling, Laguna,
-# functionary) and Apriel's <tool_calls>[...]: not handled here, so they get the generic format
-_OTHER_SYNTAX = ("<function=", "<arg_key>", "<parameter=", "<invoke name=", "<tool_calls>")
 
 
 def template_uses_tools(source: str) -> bool:
@@ -45,13 +48,20 @@ def detect_format(source: str, render: Render | None = None, eos_token: str = ""
     """The format for a chat template's `source`.
 
     `render(messages, add_generation_prompt) -> str` renders with that template; the generic format uses
-    it for the example call in its system text (without it, no example). `options` go to the format
-    (`date_string` for Llama 3.x).
+    it for the example call in its system text and the native ones for the arguments probe (without it,
+    no example, arguments as objects). `options` go to the format (`date_string` for Llama 3.x).
     """
-    if template_uses_tools(source) and not any(marker in source for marker in _OTHER_SYNTAX):
-        if "<tool_call>" in source and _JSON_NAME.search(source):
-            return HermesFormat()
-        if "<|start_header_id|>ipython<|end_header_id|>" in source:  # llama-server's test for Llama 3.x
+    caps = template_caps(source)
+    if template_uses_tools(source) or caps.supports_tool_calls:  # llama-server's autoparser reads either
+        syntax = detect_syntax(source)
+        if syntax is not None:
+            fmt = reasoning_formats.detect(source)
+            tags = (fmt.start, fmt.end) if fmt is not None and syntax.shape != "harmony" else None
+            cls = HermesFormat if syntax is HERMES else SyntaxFormat
+            return cls(syntax, args_string=not caps.supports_object_arguments, reasoning=tags)
+        if (
+            template_uses_tools(source) and "<|start_header_id|>ipython<|end_header_id|>" in source
+        ):  # llama-server's test for Llama 3.x
             return Llama3Format(date_string=options.get("date_string"))
     if render is None:
         return GenericFormat()

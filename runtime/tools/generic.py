@@ -14,8 +14,9 @@ auto-parser; the llama.cpp vendored in llama-cpp-python 0.3.36 has no generic ha
   `id`, is llama-server's parallel form; it turns parallel calls off for templates that cannot render
   tool calls, i.e. for every template that gets this format, so `ToolPlan` never asks for it.) The
   parser reads that JSON back (either form).
-- `tool_choice="none"`: tools described (without `RESPOND`), no grammar, plain text (llama-server's
-  plain handler renders the same polyfilled prompt).
+- `tool_choice="none"`: tools described the same way (with `RESPOND`: unlike llama-server, so a
+  "required" turn followed by a "none" turn keeps the prompt prefix), no grammar; a `{"response": ...}`
+  reply is unwrapped, other text is the content as it is.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 
 from runtime.errors import InvalidTool, ToolCallParseError
 from runtime.log import get_logger
+from runtime.tools import partial_json as pj
 from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.calls import ParsedReply, decode_json_prefix, make_call
+from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, decode_json_prefix, make_call
 from runtime.tools.grammar import GrammarBuilder, ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice
 
@@ -102,8 +104,9 @@ class GenericFormat(ToolFormat):
         return cls(tool_call_example(render, eos_token))
 
     def system_text(self, tools: Sequence[Tool], choice: ToolChoice) -> str:
-        """What is appended to the system message (after a blank line) for these tools."""
-        parts = [] if choice.mode == "none" else [RESPOND]
+        """What is appended to the system message (after a blank line) for these tools: the same under every
+        `tool_choice`, so switching it between turns keeps the prompt prefix (only the grammar differs)."""
+        parts = [RESPOND]
         tools_text = TOOLS_INTRO + _dump([t.openai() for t in tools])
         if self.example:
             tools_text += "\n\nExample tool call syntax:\n\n" + self.example + "\n\n"
@@ -166,7 +169,52 @@ class GenericFormat(ToolFormat):
     def parse_answer(self, text: str) -> ParsedReply:
         return self.parse_calls(text, ())  # {"response": ...}, which the answer grammar enforces
 
-    def parse_calls(self, text: str, tools: Sequence[Tool]) -> ParsedReply:
+    def parse_plain(self, text: str) -> ParsedReply:
+        """Under `tool_choice="none"` the prompt still asks for JSON: a `{"response": ...}` reply is unwrapped,
+        anything else is the text as it is."""
+        try:
+            reply = self.parse_calls(text, ())
+        except ToolCallParseError:
+            return ParsedReply(text)
+        return reply if not reply.tool_calls else ParsedReply(text)
+
+    def partial(self, text: str, tools: Sequence[Tool], choice: ToolChoice, *, seed: str | None = None) -> PartialReply:
+        allowed = choice.allowed(tools) if choice.mode != "answer" else []
+        return self.parse_partial(text, allowed, seed=seed)
+
+    def parse_partial(self, text: str, tools: Sequence[Tool], *, seed: str | None = None) -> PartialReply:
+        body = text.lstrip()
+        if not body:
+            return PartialReply("")
+        if not body.startswith("{"):
+            return PartialReply(text)
+        try:
+            node, _ = pj.parse(body, 0)
+        except (pj.BadJSON, RecursionError):
+            return PartialReply("")
+        if node.kind != "object":
+            return PartialReply("")
+        response = node.get("response")
+        if response is not None:
+            return PartialReply(response.scalar if response.kind == "string" else "")
+        items: list[pj.Node] = []
+        one = node.get("tool_call")
+        if one is not None:
+            items = [one]
+        many = node.get("tool_calls")
+        if many is not None and many.kind == "array":
+            items = many.items
+        calls: list[PartialCall] = []
+        for i, item in enumerate(items):
+            name = item.get("name") if item.kind == "object" else None
+            if name is None or not name.complete or name.kind != "string":
+                break
+            args = item.get("arguments")
+            text_args = pj.canonical(args) if args is not None and args.kind == "object" else ""
+            calls.append(PartialCall(i, call_id(seed, i), name.scalar, text_args))
+        return PartialReply("", tuple(calls))
+
+    def parse_calls(self, text: str, tools: Sequence[Tool], *, seed: str | None = None) -> ParsedReply:
         body = text.strip()
         if not body.startswith("{"):
             return ParsedReply(text)
@@ -179,12 +227,18 @@ class GenericFormat(ToolFormat):
             items = value["tool_calls"]
             if not isinstance(items, list) or not items or not all(isinstance(c, dict) for c in items):
                 raise ToolCallParseError("tool_calls must be a non-empty list of objects", text)
-            return ParsedReply("", tuple(make_call(c.get("name"), c.get("arguments", {}), tools, text) for c in items))
+            calls = (
+                make_call(c.get("name"), c.get("arguments", {}), tools, text, call_id(seed, i))
+                for i, c in enumerate(items)
+            )
+            return ParsedReply("", tuple(calls))
         if "tool_call" in value:
             call = value["tool_call"]
             if not isinstance(call, dict):
                 raise ToolCallParseError("tool_call must be an object", text)
-            return ParsedReply("", (make_call(call.get("name"), call.get("arguments", {}), tools, text),))
+            return ParsedReply(
+                "", (make_call(call.get("name"), call.get("arguments", {}), tools, text, call_id(seed, 0)),)
+            )
         if "response" in value:
             response = value["response"]
             return ParsedReply(response if isinstance(response, str) else _dump(response))

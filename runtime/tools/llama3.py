@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from runtime.errors import ToolCallParseError
+from runtime.tools import partial_json as pj
 from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.calls import ParsedReply, decode_json_prefix, make_call
+from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, decode_json_prefix, make_call
 from runtime.tools.grammar import GrammarBuilder, ToolGrammar, gbnf_literal
 from runtime.tools.spec import Tool, ToolChoice
 
@@ -25,6 +26,7 @@ __all__ = ["TRIGGER_PATTERN", "Llama3Format"]
 
 PYTHON_TAG = "<|python_tag|>"
 TRIGGER_PATTERN = r'(\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*")[\s\S]*'
+_STARTS = ('{"name":', '{"type":"function","name":')
 _CALL_START = re.compile(r'\s*\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:')
 
 
@@ -68,7 +70,29 @@ class Llama3Format(ToolFormat):
         lazy = not choice.must_call
         return ToolGrammar(b.text(), lazy=lazy, trigger_patterns=(TRIGGER_PATTERN,) if lazy else ())
 
-    def parse_calls(self, text: str, tools: Sequence[Tool]) -> ParsedReply:
+    def parse_partial(self, text: str, tools: Sequence[Tool], *, seed: str | None = None) -> PartialReply:
+        body = text.lstrip()
+        if body.startswith(PYTHON_TAG):
+            body = body[len(PYTHON_TAG) :].lstrip()
+        elif PYTHON_TAG.startswith(body):
+            return PartialReply("")
+        if _CALL_START.match(body) is None:
+            squeezed = re.sub(r"\s+", "", body)
+            if any(start.startswith(squeezed) for start in _STARTS):
+                return PartialReply("")  # may still become a call
+            return PartialReply(text)
+        try:
+            node, _ = pj.parse(body, 0)
+        except (pj.BadJSON, RecursionError):
+            return PartialReply("")
+        name = node.get("name")
+        if name is None or not name.complete or name.kind != "string":
+            return PartialReply("")
+        args = node.get("parameters") or node.get("arguments")
+        text_args = pj.canonical(args) if args is not None and args.kind == "object" else ""
+        return PartialReply("", (PartialCall(0, call_id(seed, 0), name.scalar, text_args),))
+
+    def parse_calls(self, text: str, tools: Sequence[Tool], *, seed: str | None = None) -> ParsedReply:
         body = text.lstrip()
         tagged = body.startswith(PYTHON_TAG)
         if tagged:
@@ -81,7 +105,7 @@ class Llama3Format(ToolFormat):
         if not isinstance(value, dict):
             raise ToolCallParseError("a tool call must be a JSON object", text)
         args = value.get("parameters", value.get("arguments", {}))
-        call = make_call(value.get("name"), args, tools, text)
+        call = make_call(value.get("name"), args, tools, text, call_id(seed, 0))
         if body[end:].strip():
             raise ToolCallParseError("text after the tool call", text)
         return ParsedReply("", (call,))

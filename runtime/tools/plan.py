@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.calls import ParsedReply
+from runtime.tools.calls import ParsedReply, PartialReply
 from runtime.tools.grammar import ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
 
@@ -52,9 +52,14 @@ class ToolPlan:
         """Extra stop strings of the format (none unless tools may be called)."""
         return self.format.stops if self.choice.allowed(self.tools) else ()
 
-    def parse(self, text: str) -> ParsedReply:
-        """The reply's content and tool calls; `ToolCallParseError` for a malformed or missing call."""
-        return self.format.parse(text, self.tools, self.choice)
+    def parse(self, text: str, *, seed: str | None = None) -> ParsedReply:
+        """The reply's content and tool calls; `ToolCallParseError` for a malformed or missing call. Ids the
+        model did not write come from `seed` (random without one)."""
+        return self.format.parse(text, self.tools, self.choice, seed=seed)
+
+    def partial(self, text: str, *, seed: str | None = None) -> PartialReply:
+        """What a prefix of the reply says so far (streaming; never raises): pass `parse` the same `seed`."""
+        return self.format.partial(text, self.tools, self.choice, seed=seed)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if offered."""

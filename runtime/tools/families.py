@@ -1,0 +1,375 @@
+"""Native tool-call syntaxes as data: one `ToolSyntax` per family, and `detect_syntax` for a template.
+
+A syntax says how a model writes its calls (what llama-server's parsers in common/chat*.cpp read, and what
+the family's template renders back for an assistant message with `tool_calls`):
+
+- `shape` "json": each call is a JSON object `{name_key: NAME, args_key: {...}, id_key?: ID}` after
+  `call_open` (Hermes `<tool_call>`, Granite `<|tool_call|>`, Command R7B `<|START_ACTION|>`), or, with
+  `array`, one JSON array of such objects (Mistral Nemo `[TOOL_CALLS][...]`, Apriel `<tool_calls>[...]`);
+- "name_json": `call_open` NAME [`id_open` ID] `name_close` [`args_open`] {json args} [`args_close`]
+  `call_close` (Mistral Small 3.2 / Devstral / Magistral, DeepSeek V3.1 / R1, Kimi K2, Functionary v3.1);
+- "xml": `call_open` `fn_open` NAME `fn_name_end` then per argument `param_open` KEY `param_name_end` VALUE
+  `param_close`, then `fn_close` `call_close` (Qwen3-Coder / Qwen3.5 / Nemotron 3 / StepFun, GLM 4.5-4.7,
+  MiniMax M2, Seed-OSS): values are raw text for string parameters (one newline after the opener and
+  one before the closer belong to the syntax) and JSON for the others;
+- "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
+
+`section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
+`<|tool_calls_section_begin|>`, MiniMax `<minimax:tool_call>`). `id_style` is how ids are made when the
+model writes none (`runtime.tools.calls.call_id`). `markers`: all must occur in the template source;
+`FAMILIES` is in detection order (specific first), as llama-server's `common_chat_try_specialized_template`.
+Adding a family is one entry here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["FAMILIES", "ToolSyntax", "by_name", "detect_syntax"]
+
+Shape = Literal["json", "name_json", "xml", "harmony"]
+
+
+@dataclass(frozen=True)
+class ToolSyntax:
+    """How one family writes tool calls (see the module docstring for the fields by shape)."""
+
+    name: str
+    shape: Shape
+    markers: tuple[str, ...]
+    call_open: str = ""
+    call_close: str = ""
+    section_open: str = ""
+    section_close: str = ""
+    # json
+    name_key: str = "name"
+    args_key: str = "arguments"
+    id_key: str = ""
+    id_first: bool = False  # the template writes the id before the name
+    id_pattern: str = ""  # a JSON-schema pattern for written ids (Mistral: 9 alphanumerics)
+    array: bool = False
+    name_is_key: bool = False  # `{NAME: {args}}` (Apertus)
+    # name_json
+    name_close: str = ""
+    id_open: str = ""
+    id_before: str = ""  # the id comes first, right after `call_open`, up to this (Solar Open)
+    args_open: str = ""
+    args_close: str = ""
+    name_prefix: str = ""  # written before the name and not part of it (Kimi `functions.`)
+    name_index: bool = False  # `:INDEX` after the name (Kimi), the id is the whole written name
+    # xml
+    fn_open: str = ""
+    fn_name_end: str = ""
+    fn_close: str = ""
+    param_open: str = ""
+    param_name_end: str = ""
+    param_close: str = ""
+    value_open: str = ""  # after the key's end and optional whitespace (GLM `<arg_value>`)
+    value_newlines: bool = False  # one "\n" after the value opener and one before its closer are syntax
+    param_typed: tuple[str, str] = ("", "")  # written after the key for string / other values (DeepSeek V3.2)
+    # everything
+    id_style: str = "openai"
+    parallel: bool = True
+    stops: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()  # none of these may occur in the template source
+    tools_variable: str = ""  # the template reads the tools as JSON text from this variable (FireFunction v2)
+    pattern: str = ""  # a regex that must also match the template source
+
+    def __post_init__(self) -> None:
+        if not self.opener:
+            raise ValueError(f"tool syntax {self.name}: a syntax needs a call or section opener")
+
+    @property
+    def opener(self) -> str:
+        """The text that starts the calls part of a reply (the lazy grammar's trigger)."""
+        return self.section_open or self.call_open
+
+    def matches(self, source: str) -> bool:
+        """Whether a template source is of this family."""
+        if not all(m in source for m in self.markers) or any(m in source for m in self.exclude):
+            return False
+        return not self.pattern or re.search(self.pattern, source) is not None
+
+
+HERMES = ToolSyntax(  # {"name": in the template, or {\"name\": inside a string
+    "hermes", "json", ("<tool_call>",), call_open="<tool_call>", call_close="</tool_call>", pattern=r'\{\\?"name\\?":'
+)
+
+QWEN3_CODER = ToolSyntax(  # Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5
+    "qwen3_coder",
+    "xml",
+    ("<tool_call>", "<function=", "<parameter="),
+    call_open="<tool_call>",
+    call_close="</tool_call>",
+    value_newlines=True,
+    fn_open="<function=",
+    fn_name_end=">",
+    fn_close="</function>",
+    param_open="<parameter=",
+    param_name_end=">",
+    param_close="</parameter>",
+)
+SEED_OSS = ToolSyntax(
+    "seed_oss",
+    "xml",
+    ("<seed:tool_call>",),
+    call_open="<seed:tool_call>",
+    call_close="</seed:tool_call>",
+    fn_open="<function=",
+    fn_name_end=">",
+    fn_close="</function>",
+    param_open="<parameter=",
+    param_name_end=">",
+    param_close="</parameter>",
+)
+GLM = ToolSyntax(  # GLM 4.5 / 4.6 / 4.7, Ling 3.0
+    "glm",
+    "xml",
+    ("<tool_call>", "<arg_key>"),
+    call_open="<tool_call>",
+    call_close="</tool_call>",
+    param_open="<arg_key>",
+    param_name_end="</arg_key>",
+    value_open="<arg_value>",
+    param_close="</arg_value>",
+)
+HY3 = ToolSyntax(  # Tencent Hunyuan 3
+    "hy3",
+    "xml",
+    ("'<tool_call{}>'.format(HYTK)", "':opensource'"),
+    section_open="<tool_calls:opensource>",
+    section_close="</tool_calls:opensource>",
+    call_open="<tool_call:opensource>",
+    call_close="</tool_call:opensource>",
+    fn_name_end="<tool_sep:opensource>",
+    param_open="<arg_key:opensource>",
+    param_name_end="</arg_key:opensource>",
+    value_open="<arg_value:opensource>",
+    param_close="</arg_value:opensource>",
+)
+MINIMAX_M2 = ToolSyntax(
+    "minimax_m2",
+    "xml",
+    ("<minimax:tool_call>", "<invoke name="),
+    section_open="<minimax:tool_call>",
+    section_close="</minimax:tool_call>",
+    fn_open='<invoke name="',
+    fn_name_end='">',
+    fn_close="</invoke>",
+    param_open='<parameter name="',
+    param_name_end='">',
+    param_close="</parameter>",
+    exclude=("]<]minimax[>[",),
+)
+DEEPSEEK_V3_2 = ToolSyntax(  # DeepSeek V3.2 (DSML)
+    "deepseek_v3_2",
+    "xml",
+    ("dsml_token", "function_calls"),
+    section_open="<｜DSML｜function_calls>",
+    section_close="</｜DSML｜function_calls>",
+    fn_open='<｜DSML｜invoke name="',
+    fn_name_end='">',
+    fn_close="</｜DSML｜invoke>",
+    param_open='<｜DSML｜parameter name="',
+    param_name_end='">',
+    param_close="</｜DSML｜parameter>",
+    param_typed=('" string="true', '" string="false'),
+)
+DEEPSEEK_V4 = ToolSyntax(  # DeepSeek V4 (DSML, `tool_calls` blocks)
+    "deepseek_v4",
+    "xml",
+    ("dsml_token", "tool_calls>"),
+    section_open="<｜DSML｜tool_calls>",
+    section_close="</｜DSML｜tool_calls>",
+    fn_open='<｜DSML｜invoke name="',
+    fn_name_end='">',
+    fn_close="</｜DSML｜invoke>",
+    param_open='<｜DSML｜parameter name="',
+    param_name_end='">',
+    param_close="</｜DSML｜parameter>",
+    param_typed=('" string="true', '" string="false'),
+    exclude=("function_calls",),
+)
+MINICPM5 = ToolSyntax(
+    "minicpm5",
+    "xml",
+    ("Tool usage guidelines:", '<function name="', '<param name="'),
+    call_open='<function name="',
+    fn_name_end='">',
+    call_close="</function>",
+    param_open='<param name="',
+    param_name_end='">',
+    param_close="</param>",
+)
+MISTRAL_SMALL = ToolSyntax(  # Mistral Small 3.2: ids in [CALL_ID]
+    "mistral_small",
+    "name_json",
+    ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]"),
+    call_open="[TOOL_CALLS]",
+    id_open="[CALL_ID]",
+    name_close="[ARGS]",
+    id_style="mistral",
+)
+MISTRAL_ARGS = ToolSyntax(  # Devstral, Magistral, Ministral 3
+    "mistral_args",
+    "name_json",
+    ("[TOOL_CALLS]", "[ARGS]"),
+    call_open="[TOOL_CALLS]",
+    name_close="[ARGS]",
+    id_style="mistral",
+)
+MISTRAL_NEMO = ToolSyntax(
+    "mistral_nemo",
+    "json",
+    ("[TOOL_CALLS]",),
+    call_open="[TOOL_CALLS]",
+    array=True,
+    id_key="id",
+    id_pattern="^[a-zA-Z0-9]{9}$",
+    id_style="mistral",
+)
+KIMI_K2 = ToolSyntax(
+    "kimi_k2",
+    "name_json",
+    ("<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+    section_open="<|tool_calls_section_begin|>",
+    section_close="<|tool_calls_section_end|>",
+    call_open="<|tool_call_begin|>",
+    name_prefix="functions.",
+    name_index=True,
+    name_close="<|tool_call_argument_begin|>",
+    call_close="<|tool_call_end|>",
+    id_style="kimi",
+)
+DEEPSEEK_R1 = ToolSyntax(  # DeepSeek R1 and its distills: `function<｜tool▁sep｜>NAME` and a ```json fence
+    "deepseek_r1",
+    "name_json",
+    ("<｜tool▁calls▁begin｜>", "```json"),
+    section_open="<｜tool▁calls▁begin｜>",
+    section_close="<｜tool▁calls▁end｜>",
+    call_open="<｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+    name_close="\n```json\n",
+    args_close="```",
+    call_close="<｜tool▁call▁end｜>",
+)
+DEEPSEEK_V3_1 = ToolSyntax(
+    "deepseek_v3_1",
+    "name_json",
+    ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>"),
+    section_open="<｜tool▁calls▁begin｜>",
+    section_close="<｜tool▁calls▁end｜>",
+    call_open="<｜tool▁call▁begin｜>",
+    name_close="<｜tool▁sep｜>",
+    call_close="<｜tool▁call▁end｜>",
+)
+SOLAR_OPEN = ToolSyntax(
+    "solar_open",
+    "name_json",
+    ("<|tool_call:begin|>", "<|tool_call:name|>"),
+    section_open="<|tool_calls|>",
+    section_close="<|calls|>",
+    call_open="<|tool_call:begin|>",
+    id_before="<|tool_call:name|>",
+    name_close="<|tool_call:args|>",
+    call_close="<|tool_call:end|>",
+)
+FUNCTIONARY_V3_1 = ToolSyntax(  # also a Llama 3.1 template: checked before Llama 3.x
+    "functionary_v3_1",
+    "name_json",
+    ("<function=",),
+    call_open="<function=",
+    name_close=">",
+    call_close="</function>",
+    stops=("<|eom_id|>",),
+)
+COMMAND_R7B = ToolSyntax(  # Command R7B, Cohere2 MoE
+    "command_r7b",
+    "json",
+    ("<|START_ACTION|>",),
+    call_open="<|START_ACTION|>",
+    call_close="<|END_ACTION|>",
+    array=True,
+    name_key="tool_name",
+    args_key="parameters",
+    id_key="tool_call_id",
+    id_first=True,
+)
+APRIEL = ToolSyntax(  # Apriel 1.5 / 1.6
+    "apriel",
+    "json",
+    ("<tool_calls>[",),
+    call_open="<tool_calls>",
+    call_close="</tool_calls>",
+    array=True,
+    id_key="id",
+)
+MINIMAX_M1 = ToolSyntax(
+    "minimax_m1",
+    "json",
+    ("<tool_calls>", "<beginning_of_sentence>"),
+    section_open="<tool_calls>",
+    section_close="</tool_calls>",
+)
+NEMOTRON_V2 = ToolSyntax(
+    "nemotron_v2", "json", ("<TOOLCALL>",), call_open="<TOOLCALL>", call_close="</TOOLCALL>", array=True
+)
+GRANITE = ToolSyntax("granite", "json", ("<|tool_call|>",), call_open="<|tool_call|>", array=True)
+APERTUS = ToolSyntax(
+    "apertus",
+    "json",
+    ("<|tools_prefix|>",),
+    call_open="<|tools_prefix|>",
+    call_close="<|tools_suffix|>",
+    array=True,
+    name_is_key=True,
+)
+FIREFUNCTION_V2 = ToolSyntax(
+    "firefunction_v2", "json", ("functools[",), call_open="functools", array=True, tools_variable="functions"
+)
+HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant message
+    "harmony", "harmony", ("<|channel|>",), call_open="to=functions.", stops=("<|call|>",), parallel=False
+)
+
+# detection order: specific markers first (llama-server's specialised handlers come first as well)
+FAMILIES: tuple[ToolSyntax, ...] = (
+    HARMONY,
+    KIMI_K2,
+    DEEPSEEK_V3_2,
+    DEEPSEEK_V4,
+    MINICPM5,
+    SEED_OSS,
+    MINIMAX_M2,
+    HY3,
+    QWEN3_CODER,
+    GLM,
+    MISTRAL_SMALL,
+    MISTRAL_ARGS,
+    MISTRAL_NEMO,
+    DEEPSEEK_R1,
+    DEEPSEEK_V3_1,
+    SOLAR_OPEN,
+    COMMAND_R7B,
+    APRIEL,
+    MINIMAX_M1,
+    NEMOTRON_V2,
+    GRANITE,
+    APERTUS,
+    FIREFUNCTION_V2,
+    FUNCTIONARY_V3_1,
+    HERMES,
+)
+
+
+def detect_syntax(source: str) -> ToolSyntax | None:
+    """The first family whose markers all occur in `source` (None: no native syntax known)."""
+    return next((s for s in FAMILIES if s.matches(source)), None)
+
+
+def by_name(name: str) -> ToolSyntax:
+    """The family called `name` (KeyError if none)."""
+    for syntax in FAMILIES:
+        if syntax.name == name:
+            return syntax
+    raise KeyError(name)
