@@ -16,7 +16,6 @@ import json
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol
 
 import anyio
 import msgspec
@@ -27,6 +26,7 @@ from runtime.loop.scheduler import Job, Scheduler
 from runtime.reasoning import Reasoning
 from runtime.reply import Reply, ToolCallDelta
 from runtime.tools import new_call_id
+from runtime.tools.calls import PartialReply
 from sessions.model import ToolCall
 
 __all__ = ["CallStream", "Piece", "Pieces", "follow"]
@@ -53,27 +53,7 @@ class Pieces:
             self.push(part)
 
 
-class PartialCallLike(Protocol):
-    """A call as far as a streamed reply has written it (runtime.tools' `PartialCall`)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def arguments(self) -> str: ...
-
-
-class PartialLike(Protocol):
-    """What a prefix of a reply says so far (runtime.tools' `PartialReply`)."""
-
-    @property
-    def content(self) -> str: ...
-    @property
-    def calls(self) -> Sequence[PartialCallLike]: ...
-
-
-Reader = Callable[[str], PartialLike]
+Reader = Callable[[str], PartialReply]  # the answer so far -> what it says so far
 
 
 class CallStream:
@@ -98,7 +78,7 @@ class CallStream:
         if grew and self.read is not None:
             self._say(self.read(self.answer))
 
-    def _say(self, partial: PartialLike) -> None:
+    def _say(self, partial: PartialReply) -> None:
         if partial.content.startswith(self.content) and len(partial.content) > len(self.content):
             self.out.push(partial.content[len(self.content) :])
             self.content = partial.content

@@ -9,6 +9,7 @@ scheduler (`Job.undo`). A session used for the first time is created by its firs
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -162,11 +163,10 @@ class TurnRunner:
         plan = turn.constraints.tools
         if turn.pieces is None or plan is None:
             return turn.pieces
-        allowed = plan.choice.allowed(plan.tools)
-        if not allowed or plan.choice.mode == "answer":
+        if not plan.choice.allowed(plan.tools):  # (also the agent loop's `answer` choice)
             return turn.pieces
-        partial = getattr(plan.format, "parse_partial", None)
-        return CallStream(turn.pieces, None if partial is None else lambda text: partial(text, allowed))
+        seed = secrets.token_hex(8)  # the ids of calls the model writes none for: stable over the prefixes
+        return CallStream(turn.pieces, lambda text: plan.partial(text, seed=seed))
 
     @staticmethod
     def _pending(turn: Turn, session: Session) -> Session:
