@@ -14,7 +14,7 @@ import pytest
 
 from runtime.errors import ToolCallParseError
 from tests.tool_cases import CASES, Case
-from tests.tool_reading import Read, read_streamed, read_whole
+from tests.tool_reading import Read, read_streamed, read_whole, stored, view
 
 
 def expected(case: Case) -> Read:
@@ -61,3 +61,14 @@ def test_streaming_a_malformed_output_never_raises(case: Case) -> None:
     except ToolCallParseError:  # pragma: no cover - parse_partial must not raise
         pytest.fail("parse_partial raised")
     assert [p for p in problems if "not JSON" not in p] == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.reconstruct], ids=lambda c: c.name)
+def test_the_stored_reply_renders_back_as_the_generated_text(case: Case) -> None:
+    """test-chat.cpp's reconstruction: the parsed reply, stored and rendered after the prompt, gives back the
+    prompt and the output exactly (the template may add its end of turn), so the next turn reuses it."""
+    got = read_whole(case)
+    v = view(case.template)
+    user = [{"role": "user", "content": "Hey there"}]
+    again = v.prompt(case, [*user, stored(got.reasoning, got.content, list(got.calls))], generation=False)
+    assert again.startswith(v.prompt(case, user) + case.output)

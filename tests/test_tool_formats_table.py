@@ -25,7 +25,7 @@ from runtime.reasoning import Splitter, join
 from runtime.templates import template_caps
 from runtime.tools import GenericFormat, template_uses_tools
 from tests.tool_cases import CASES, Case
-from tests.tool_reading import SEED, TemplateView, read_whole, view
+from tests.tool_reading import SEED, TemplateView, read_whole, stored, view
 from tests.vendor_tree import vendored_tree
 
 PROBE_ARGS = {"arg1": 1}
@@ -106,18 +106,6 @@ def read(v: TemplateView, prompt: str, text: str) -> tuple[str, str, list[tuple[
     parts = join(s.feed(text) + s.flush())
     reply = v.plan(PROBE).parse(parts.content, seed=SEED)
     return parts.reasoning, reply.content, [(c.name, dict(c.arguments), c.id) for c in reply.tool_calls]
-
-
-def stored(reasoning: str, content: str, calls: list[tuple[str, dict[str, Any], str]]) -> dict[str, Any]:
-    """The assistant message the session stores for a parsed reply, as the Runtime renders it back."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if reasoning:
-        message["reasoning_content"] = reasoning
-    if calls:
-        message["tool_calls"] = [
-            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for n, a, i in calls
-        ]
-    return message
 
 
 def reconstruction(

@@ -17,7 +17,7 @@ from tests.tool_cases import Case, tool_defs
 
 SEED = "tool-case"  # the per-reply seed of call ids the model does not write (the same for whole and streamed)
 
-__all__ = ["Read", "TemplateView", "read_streamed", "read_whole", "view"]
+__all__ = ["Read", "TemplateView", "read_streamed", "read_whole", "stored", "view"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,15 @@ def read_streamed(case: Case, step: int = 1, check: Callable[[str], None] | None
 
 def _raise(message: str) -> None:
     raise AssertionError(message)
+
+
+def stored(reasoning: str, content: str, calls: list[tuple[str, dict[str, Any], str]]) -> dict[str, Any]:
+    """The assistant message the session stores for a parsed reply, as the Runtime renders it back."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for n, a, i in calls
+        ]
+    return message
