@@ -26,7 +26,7 @@ from runtime.errors import ToolCallParseError
 from runtime.serve.http import app as make_app
 from runtime.tools import HermesFormat, Tool, ToolFormat
 from sessions import MemoryStore
-from tests.tool_backend import Pause, TemplateBackend
+from tests.tool_backend import Pause, TemplateBackend, of_reply, parts
 
 pytestmark = pytest.mark.anyio
 
@@ -95,29 +95,6 @@ async def runtime_for(output: str, pause: Pause | None = None) -> AsyncIterator[
     backend.pause = pause
     async with Runtime.serve(backend, MemoryStore()) as rt:
         yield rt, backend
-
-
-def parts(items: list[Any]) -> tuple[str, list[dict[str, Any]], Reply]:
-    """The text the pieces say, the calls they add up to ({id, name, arguments}), and the Reply."""
-    reply = items[-1]
-    assert isinstance(reply, Reply)
-    text = "".join(p for p in items[:-1] if isinstance(p, str))
-    calls: list[dict[str, Any]] = []
-    for p in items[:-1]:
-        if isinstance(p, ToolCallDelta):
-            if p.id:
-                assert p.index == len(calls) and p.arguments_delta == ""
-                calls.append({"id": p.id, "name": p.name, "arguments": ""})
-            else:
-                assert p.name == "" and p.index < len(calls)
-                calls[p.index]["arguments"] += p.arguments_delta
-    return text, calls, reply
-
-
-def of_reply(reply: Reply) -> list[dict[str, Any]]:
-    return [
-        {"id": c.id, "name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)} for c in reply.tool_calls
-    ]
 
 
 async def test_the_answer_streams_while_it_is_generated_when_tools_are_offered() -> None:

@@ -6,11 +6,13 @@ reply is given the rendered prompt, so a script answers what the template really
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from caches.tokens import lcp
+from runtime import Reply, ToolCallDelta
 from runtime.backend.protocol import RenderedChat, SlotRequest, SlotResult
 from runtime.reasoning import ReasoningFormat
 from runtime.templates import apply_template
@@ -18,7 +20,7 @@ from runtime.testing import ScriptedBackend
 from runtime.tools import ToolFormat
 from tests.tool_reading import view
 
-__all__ = ["Pause", "TemplateBackend"]
+__all__ = ["Pause", "TemplateBackend", "collect", "of_reply", "parts"]
 
 Script = Callable[[str], str]  # the rendered prompt -> the model's raw output
 
@@ -141,3 +143,36 @@ def _words(text: str) -> list[str]:
     for i, word in enumerate(text.split(" ")):
         parts.append(word if i == 0 else " " + word)
     return [p for p in parts if p]
+
+
+def collect(items: list[Any]) -> tuple[str, list[dict[str, Any]], str, Reply]:
+    """What a stream's pieces add up to: the answer text, the calls ({id, name, arguments} from the deltas,
+    checked to be OpenAI-shaped: a first piece with id and name, then arguments text), the reasoning, and the
+    Reply that ended it."""
+    reply = items[-1]
+    assert isinstance(reply, Reply)
+    text = "".join(p for p in items[:-1] if type(p) is str)
+    reasoning = "".join(p for p in items[:-1] if isinstance(p, str) and type(p) is not str)
+    calls: list[dict[str, Any]] = []
+    for p in items[:-1]:
+        if isinstance(p, ToolCallDelta):
+            if p.id:
+                assert p.index == len(calls) and p.arguments_delta == ""
+                calls.append({"id": p.id, "name": p.name, "arguments": ""})
+            else:
+                assert p.name == "" and p.index < len(calls)
+                calls[p.index]["arguments"] += p.arguments_delta
+    return text, calls, reasoning, reply
+
+
+def parts(items: list[Any]) -> tuple[str, list[dict[str, Any]], Reply]:
+    """`collect` without the reasoning."""
+    text, calls, _, reply = collect(items)
+    return text, calls, reply
+
+
+def of_reply(reply: Reply) -> list[dict[str, Any]]:
+    """A Reply's calls as the pieces give them ({id, name, arguments JSON text})."""
+    return [
+        {"id": c.id, "name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)} for c in reply.tool_calls
+    ]
