@@ -190,3 +190,25 @@ async def test_sse_chunks_carry_openai_tool_call_deltas() -> None:
         assert "".join(d["function"]["arguments"] for d in rest) == call["function"]["arguments"]
         assert "".join(ch["delta"].get("content") or "" for ch in chunks) == whole["message"]["content"] == "Adding."
         assert [ch["finish_reason"] for ch in chunks][-1] == whole["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("output", "choice", "text", "calls"),
+    [
+        ('{"response": "Two and three make five."}', "auto", "Two and three make five.", []),
+        ('{"tool_call": {"name": "add", "arguments": {"a": 2, "b": 3}}}', "auto", "", [("add", {"a": 2, "b": 3})]),
+        ('{"response": "Five."}', "none", "Five.", []),
+    ],
+)
+async def test_the_generic_json_protocol_streams_its_unwrapped_answer_and_calls(
+    output: str, choice: str, text: str, calls: list[tuple[str, dict[str, int]]]
+) -> None:
+    """A template without tool support (the generic format: the reply is JSON): the pieces are the answer inside
+    `{"response": ...}` and the calls, never the JSON itself, and add up to the Reply."""
+    from runtime.testing import ScriptedBackend
+
+    async with Runtime.serve(ScriptedBackend(lambda _m: output), MemoryStore()) as rt:
+        items = [x async for x in rt.stream("s", "2+3?", tools=[ADD], tool_choice=choice)]
+        said, got, reply = parts(items)
+        assert (said, reply.text) == (text, text)
+        assert got == of_reply(reply) and [(c["name"], json.loads(c["arguments"])) for c in got] == calls

@@ -158,12 +158,12 @@ class TurnRunner:
 
     @staticmethod
     def _sink(turn: Turn) -> Pieces | CallStream | None:
-        """Where the turn's pieces go: straight to its stream, or, when tools may be called, through a
-        `CallStream` that reads the answer with the format's `parse_partial` (text and call pieces)."""
+        """Where the turn's pieces go: straight to its stream, or, when tools are offered, through a
+        `CallStream` that reads the answer as the format does under the turn's choice (`ToolPlan.partial`: text
+        and call pieces; under "none" or the agent loop's "answer" the text, unwrapped where the format wraps
+        it, as the generic JSON protocol's `{"response": ...}`)."""
         plan = turn.constraints.tools
         if turn.pieces is None or plan is None:
-            return turn.pieces
-        if not plan.choice.allowed(plan.tools):  # (also the agent loop's `answer` choice)
             return turn.pieces
         seed = secrets.token_hex(8)  # the ids of calls the model writes none for: stable over the prefixes
         return CallStream(turn.pieces, lambda text: plan.partial(text, seed=seed))
