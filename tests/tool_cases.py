@@ -133,6 +133,12 @@ FUNC32 = "meetkai-functionary-medium-v3.2.jinja"
 FIREFUNCTION = "fireworks-ai-llama-3-firefunction-v2.jinja"
 APRIEL15 = "unsloth-Apriel-1.5.jinja"
 GIGACHAT = "GigaChat3-10B-A1.8B.jinja"
+GEMMA4 = "google-gemma-4-31B-it.jinja"
+MUSE = "muse-glimmer.jinja"
+RPLUS = "CohereForAI-c4ai-command-r-plus-tool_use.jinja"
+V32 = "deepseek-ai-DeepSeek-V3.2.jinja"
+MINIMAX3 = "MiniMax-M3.jinja"
+GRANITE4 = "ibm-granite-granite-4.0.jinja"
 
 _CODER_CALL = "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>"
 _CODER_OPT = (
@@ -716,5 +722,76 @@ CASES: tuple[Case, ...] = (
         calls=CALL,
         reconstruct=True,
         source="test-chat.cpp:6825",
+    ),
+    # --- more of llama-server's native families (test-chat.cpp) -------------------------------------------
+    Case(
+        "gemma4-call",
+        GEMMA4,
+        '<|tool_call>call:get_time{city:<|"|>London<|"|>}<tool_call|>',
+        tools=("get_time",),
+        calls=(Call("get_time", {"city": "London"}),),
+        source="test-chat.cpp:3018",
+    ),
+    Case(
+        "gemma4-empty-args",
+        GEMMA4,
+        "<|tool_call>call:empty_args{}<tool_call|>",
+        tools=("empty_args",),
+        calls=(Call("empty_args", {}),),
+        source="test-chat.cpp:3032",
+    ),
+    Case(
+        "gemma4-reasoning-text",
+        GEMMA4,
+        "<|channel>thought\nI'm\nthinking<channel|>" + HELLO,
+        tools=("get_time",),
+        content=HELLO,
+        reasoning=THINKING,
+        source="test-chat.cpp:2997",
+    ),
+    Case(
+        "muse-call",
+        MUSE,
+        ' to=special_function<|message|><atem:function_calls>\n<atem:invoke name="special_function">\n'
+        '<atem:parameter name="arg1">1</atem:parameter>\n</atem:invoke>\n</atem:function_calls>',
+        calls=CALL,
+        source="test-chat.cpp:6371",
+    ),
+    Case(
+        "rplus-call",
+        RPLUS,
+        'Action:\n```json\n[{"tool_name": "special_function", "parameters": {"arg1": 1}}]\n```',
+        calls=CALL,
+        source="test-chat.cpp:5895",
+    ),
+    Case(
+        "v32-reasoning-call",
+        V32,
+        'Let me check the time</think>\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_time">\n'
+        '<｜DSML｜parameter name="city" string="true">Tokyo</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+        "</｜DSML｜function_calls>",
+        tools=("get_time",),
+        reasoning="Let me check the time",
+        calls=(Call("get_time", {"city": "Tokyo"}),),
+        thinking=True,
+        source="test-chat.cpp:4020",
+    ),
+    Case(
+        "minimax3-reasoning-call",
+        MINIMAX3,
+        '<mm:think>Let me check the time</mm:think>]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_time">'
+        "]<]minimax[>[<city>Tokyo]<]minimax[>[</city>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+        tools=("get_time",),
+        reasoning="Let me check the time",
+        calls=(Call("get_time", {"city": "Tokyo"}),),
+        thinking=True,
+        source="test-chat.cpp:5510",
+    ),
+    Case(
+        "granite4-call",
+        GRANITE4,
+        '<tool_call>\n{"name": "special_function", "arguments": {"arg1": 1}}\n</tool_call>',
+        calls=CALL,
+        source="test-chat.cpp:3411",
     ),
 )
