@@ -69,6 +69,7 @@ def render(v: TemplateView, messages: list[dict[str, Any]], *, generation: bool)
     return v.prompt(PROBE, messages, generation=generation)
 
 
+_TOKEN = re.compile(r"<[|｜][^<>|｜]*[|｜]>|<SPECIAL_\d+>")  # special-token markup
 _EOG = re.compile(r"(<[|｜][^<>|｜]*[|｜]>|<SPECIAL_\d+>)\s*$")  # an end-of-generation token the slot does not emit
 
 
@@ -95,7 +96,10 @@ def sample(v: TemplateView) -> tuple[str, str]:
         prompt, out = prompt[:at], whole[at:]
     if suffix and out.endswith(suffix):
         out = out[: -len(suffix)]
-    return prompt, out
+    # a template that writes the next turn's header after a call (R7B, the R1 distills): the reply ends at the
+    # first end-of-turn token its content messages end with
+    ends = [at for t in _TOKEN.findall(suffix) if (at := out.find(t)) >= 0 and out[:at].strip()]
+    return prompt, out[: min(ends)] if ends else out
 
 
 def read(v: TemplateView, prompt: str, text: str) -> tuple[str, str, list[tuple[str, dict[str, Any], str]]]:
