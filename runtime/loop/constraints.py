@@ -98,10 +98,11 @@ class Constraints:
         gbnf = chat_response_grammar(schema, prompt, tags, inside)
         return cls(grammar=GrammarSpec(gbnf, prefill=prompt), parse=parse, structured=True)
 
-    def finish(self, raw: str, finish_reason: FinishReason) -> Finished:
+    def finish(self, raw: str, finish_reason: FinishReason, *, seed: str | None = None) -> Finished:
         """The reply for `raw` model output (the answer part, on a thinking model): ReplyMismatch /
         ToolCallParseError if a finished reply breaks its constraints (the grammar makes that a bug, so
-        nothing is committed)."""
+        nothing is committed). Call ids the model did not write come from `seed` (the request's: the ids
+        streamed by `ToolPlan.partial` with the same seed are the final ones)."""
         if self.structured:
             text = reply_content(raw)
             if finish_reason == "length" or finish_reason == "cancelled" or self.parse is None:
@@ -110,7 +111,7 @@ class Constraints:
         if self.tools is None or finish_reason == "cancelled":
             return Finished(raw, finish_reason)
         try:
-            reply = self.tools.parse(raw)
+            reply = self.tools.parse(raw, seed=seed)
         except ToolCallParseError:
             if finish_reason == "length":  # cut inside a call: the text as it is
                 return Finished(raw, finish_reason)

@@ -27,6 +27,7 @@ from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
+from runtime.tools import reply_seed
 from runtime.types import RequestKind
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
@@ -116,7 +117,7 @@ class TurnRunner:
             result, parts = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces, policy, key)
             if result.finish_reason == "cancelled" or job.cancelled:
                 return self._reply(job, result, session.revision)
-            done = turn.constraints.finish(parts.content, result.finish_reason)
+            done = turn.constraints.finish(parts.content, result.finish_reason, seed=reply_seed(job.id))
             done = dataclasses.replace(done, reasoning=parts.reasoning)
             if isinstance(pieces, CallStream):  # the pieces add up to the reply, ids included
                 done = dataclasses.replace(done, tool_calls=pieces.finish(done.text, done.tool_calls))

@@ -3,7 +3,15 @@
 """
 
 from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, canonical_arguments, new_call_id
+from runtime.tools.calls import (
+    ParsedReply,
+    PartialCall,
+    PartialReply,
+    call_id,
+    canonical_arguments,
+    new_call_id,
+    reply_seed,
+)
 from runtime.tools.families import FAMILIES, ToolSyntax, detect_syntax
 from runtime.tools.formats import detect_format, template_uses_tools
 from runtime.tools.generic import GenericFormat
@@ -38,6 +46,7 @@ __all__ = [
     "detect_format",
     "detect_syntax",
     "new_call_id",
+    "reply_seed",
     "resolve_tool_choice",
     "result_text",
     "template_uses_tools",

@@ -24,6 +24,7 @@ __all__ = [
     "decode_json_prefix",
     "make_call",
     "new_call_id",
+    "reply_seed",
 ]
 
 ID_STYLES = ("openai", "mistral", "kimi")
@@ -73,6 +74,13 @@ def new_call_id() -> str:
 
 
 _ALNUM = string.ascii_letters + string.digits
+_SALT = secrets.token_hex(8)  # per process: seeds of two runs never give the same ids
+
+
+def reply_seed(key: object) -> str:
+    """The id seed of one reply, from something unique to it in this process (the request's job id): the
+    streamed calls (`ToolPlan.partial`) and the final parse (`ToolPlan.parse`) take the same one."""
+    return f"{_SALT}:{key}"
 
 
 def call_id(seed: str | None, index: int, style: str = "openai", name: str = "") -> str:

@@ -12,6 +12,10 @@ the family's template renders back for an assistant message with `tool_calls`):
   `param_close`, then `fn_close` `call_close` (Qwen3-Coder / Qwen3.5 / Nemotron 3 / StepFun, GLM 4.5-4.7,
   MiniMax M2, Seed-OSS): values are raw text for string parameters (one newline after the opener and
   one before the closer belong to the syntax) and JSON for the others;
+  Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
+  as the message to the recipient `all` (`content_recipient`);
+- "pythonic": LFM2's `[NAME(key=value, ...), ...]`, values Python literals;
+- "gemma": Gemma 4's `<|tool_call>call:NAME{key:value,...}<tool_call|>`, strings in `<|"|>` quotes;
 - "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
 
 `section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
@@ -29,7 +33,7 @@ from typing import Literal
 
 __all__ = ["FAMILIES", "ToolSyntax", "by_name", "detect_syntax"]
 
-Shape = Literal["json", "name_json", "xml", "harmony"]
+Shape = Literal["json", "name_json", "xml", "harmony", "pythonic", "gemma"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class ToolSyntax:
     exclude: tuple[str, ...] = ()  # none of these may occur in the template source
     tools_variable: str = ""  # the template reads the tools as JSON text from this variable (FireFunction v2)
     pattern: str = ""  # a regex that must also match the template source
+    # the generation prompt ends with `call_open`, so the output starts with a recipient: this one's message
+    # is the content (Functionary v3.2's `all`), any other is a call
+    content_recipient: str = ""
 
     def __post_init__(self) -> None:
         if not self.opener:
@@ -328,6 +335,35 @@ APERTUS = ToolSyntax(
 FIREFUNCTION_V2 = ToolSyntax(
     "firefunction_v2", "json", ("functools[",), call_open="functools", array=True, tools_variable="functions"
 )
+FUNCTIONARY_V3_2 = ToolSyntax(
+    "functionary_v3_2",
+    "name_json",
+    (">>>all", ">>>${recipient}"),
+    call_open=">>>",
+    name_close="\n",
+    content_recipient="all",
+)
+GIGACHAT3 = ToolSyntax(  # one call, as a message of its own after the content
+    "gigachat3",
+    "json",
+    ("<|role_sep|>", "<|message_sep|>", "function call"),
+    call_open="<|message_sep|>\n\nfunction call<|role_sep|>",
+    parallel=False,
+    exclude=("<|function_call|>",),
+)
+GIGACHAT3_1 = ToolSyntax(
+    "gigachat3_1", "json", ("<|role_sep|>", "<|function_call|>"), call_open="<|function_call|>", parallel=False
+)
+GEMMA4 = ToolSyntax(
+    "gemma4", "gemma", ("'<|tool_call>call:'",), call_open="<|tool_call>call:", call_close="<tool_call|>"
+)
+LFM2 = ToolSyntax(  # LFM2, LFM2.5
+    "lfm2",
+    "pythonic",
+    ("List of tools: ",),
+    call_open="<|tool_call_start|>",
+    call_close="<|tool_call_end|>",
+)
 HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant message
     "harmony", "harmony", ("<|channel|>",), call_open="to=functions.", stops=("<|call|>",), parallel=False
 )
@@ -357,6 +393,11 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     GRANITE,
     APERTUS,
     FIREFUNCTION_V2,
+    GIGACHAT3,
+    GIGACHAT3_1,
+    GEMMA4,
+    LFM2,
+    FUNCTIONARY_V3_2,
     FUNCTIONARY_V3_1,
     HERMES,
 )

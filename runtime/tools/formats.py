@@ -23,6 +23,7 @@ import jinja2.meta
 import jinja2.sandbox
 
 from runtime import reasoning as reasoning_formats
+from runtime.templates import apply_template
 from runtime.templates.caps import template_caps
 from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.families import HERMES, detect_syntax
@@ -32,6 +33,14 @@ from runtime.tools.llama3 import Llama3Format
 from runtime.tools.syntax import SyntaxFormat
 
 __all__ = ["detect_format", "render_prompt", "template_uses_tools"]
+
+
+def _generation_prompt(source: str) -> str:
+    """The prompt for one user message with the template's default variables ("" if the template refuses)."""
+    try:
+        return apply_template(source, [{"role": "user", "content": "x"}])
+    except Exception:  # a template may refuse a lone user message: no reasoning facts from it
+        return ""
 
 
 def template_uses_tools(source: str) -> bool:
@@ -56,9 +65,10 @@ def detect_format(source: str, render: Render | None = None, eos_token: str = ""
         syntax = detect_syntax(source)
         if syntax is not None:
             fmt = reasoning_formats.detect(source)
-            tags = (fmt.start, fmt.end) if fmt is not None and syntax.shape != "harmony" else None
+            tags = (fmt.start, fmt.end) if fmt is not None else None
+            inside = fmt is not None and fmt.opens_block(_generation_prompt(source))
             cls = HermesFormat if syntax is HERMES else SyntaxFormat
-            return cls(syntax, args_string=not caps.supports_object_arguments, reasoning=tags)
+            return cls(syntax, args_string=not caps.supports_object_arguments, reasoning=tags, inside=inside)
         if (
             template_uses_tools(source) and "<|start_header_id|>ipython<|end_header_id|>" in source
         ):  # llama-server's test for Llama 3.x

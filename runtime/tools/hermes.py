@@ -26,6 +26,7 @@ class HermesFormat(SyntaxFormat):
         *,
         args_string: bool = False,
         reasoning: tuple[str, str] | None = None,
+        inside: bool = False,
         kwargs: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(syntax, args_string=args_string, reasoning=reasoning, kwargs=kwargs)
+        super().__init__(syntax, args_string=args_string, reasoning=reasoning, inside=inside, kwargs=kwargs)

@@ -58,9 +58,11 @@ class SyntaxFormat(ToolFormat):
         *,
         args_string: bool = False,
         reasoning: tuple[str, str] | None = None,
+        inside: bool = False,
         kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.syntax = syntax
+        self.inside = inside  # the template's generation prompt opens the reasoning block (by default)
         self.args_string = args_string
         self.reasoning = reasoning
         self.kwargs = dict(kwargs or {})
@@ -83,7 +85,12 @@ class SyntaxFormat(ToolFormat):
         if not allowed:
             return None
         return syntax_grammar(
-            self.syntax, allowed, must_call=choice.must_call, parallel=parallel, reasoning=self.reasoning
+            self.syntax,
+            allowed,
+            must_call=choice.must_call,
+            parallel=parallel,
+            reasoning=self.reasoning,
+            inside=self.inside,
         )
 
     def _ids(self, index: int, written: str | None, name: str, seed: str | None) -> str:

@@ -1,0 +1,459 @@
+"""The cursor the scanner reads a reply with: the primitives of `runtime.tools.reader` (a literal next,
+text up to a closer, a JSON value that may be cut) and one method per shape of `ToolSyntax`. It raises
+`More` when the text stops inside a construct (a prefix: the caller keeps what is fixed so far) and `Bad`
+when the text cannot be the syntax; the calls it reads go to `calls` as soon as their names are complete.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from typing import Any
+
+from runtime.tools import partial_json as pj
+from runtime.tools.reader import Bad, More, RawCall, Reader, held_back, string_typed
+
+__all__ = ["Bad", "Cursor", "More", "RawCall", "held_back", "string_typed"]
+
+_GQ = '<|"|>'  # Gemma 4's string quote
+
+
+def _python_value(text: str) -> Any:
+    """A Python literal (or JSON) as a JSON value; `Bad` if it is neither."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            raise Bad(f"{text[:40]!r} is not a Python literal or JSON") from None
+    try:
+        json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        raise Bad(f"{text[:40]!r} is not a JSON value") from None
+    return json.loads(json.dumps(value))  # tuples to lists
+
+
+class Cursor(Reader):
+    """The reader with one method per shape of `ToolSyntax`."""
+
+    def block(self) -> None:
+        """One calls part from its opener on."""
+        s = self.s
+        if s.section_open:
+            self.expect(s.section_open)
+            while True:
+                self.ws()
+                if s.section_close and self.maybe(s.section_close):
+                    return
+                if self.at_end():
+                    raise More
+                self.call()
+                if not s.section_close:
+                    self.ws()
+                    if self.at_end() or self.peek(s.call_open) is False:
+                        return
+        else:
+            self.call()
+
+    def call(self) -> None:
+        shape = self.s.shape
+        if shape == "json":
+            self.json_call()
+        elif shape == "name_json":
+            self.name_json_call()
+        elif shape == "xml":
+            self.xml_call()
+        elif shape == "harmony":
+            self.harmony_call()
+        elif shape == "pythonic":
+            self.pythonic_calls()
+        elif shape == "gemma":
+            self.gemma_call()
+        else:
+            raise Bad(f"no scanner for shape {shape}")
+
+    def json_call(self) -> None:
+        s = self.s
+        self.expect(s.call_open)
+        self.ws()
+        node = self.json_value()
+        if s.array:
+            if node.kind not in ("array", "pending"):
+                raise Bad("the tool calls must be a JSON array")
+            for item in node.items:
+                self.json_object_call(item)
+        else:
+            self.json_object_call(node)
+        if not node.complete:
+            raise More
+        self.ws()
+        if s.call_close:
+            self.expect(s.call_close, "after the tool call (not closed)")
+
+    def json_object_call(self, node: pj.Node) -> None:
+        s = self.s
+        if node.kind == "pending":
+            raise More
+        if node.kind != "object":
+            raise Bad("a tool call must be a JSON object")
+        if s.name_is_key:  # {NAME: {args}}
+            if not node.keys:
+                if node.complete:
+                    raise Bad("a tool call needs the tool's name as its key")
+                raise More
+            if len(node.keys) > 1:
+                raise Bad("a tool call has one key, the tool's name")
+            call = RawCall(node.keys[0])
+            self.calls.append(call)
+            self.set_args(call, node.items[0])
+            call.complete = node.complete
+            if node.items[0].kind not in ("object", "pending"):
+                raise Bad(f"{call.name}: arguments are not a JSON object")
+            return
+        name = node.get(s.name_key)
+        if name is None or not name.complete:
+            if node.complete:
+                raise Bad(f"the call's {s.name_key} is missing, not a string")
+            raise More
+        if name.kind != "string":
+            raise Bad(f"the call's name is {name.kind}, not a string")
+        call = RawCall(name.scalar)
+        self.calls.append(call)
+        if s.id_key:
+            written = node.get(s.id_key)
+            if written is None and not node.complete:  # the id may still come: the call waits for it
+                self.calls.pop()
+                raise More
+            if written is not None and not written.complete:
+                self.calls.pop()
+                raise More
+            if written is not None and written.kind in ("string", "scalar"):
+                call.written_id = str(written.scalar)
+        args = node.get(s.args_key)
+        if args is None:
+            if node.complete:
+                call.value, call.arguments, call.complete = {}, "{}", True
+            return
+        self.set_args(call, args)
+        call.complete = node.complete
+
+    def set_args(self, call: RawCall, args: pj.Node) -> None:
+        if args.kind == "string":  # arguments JSON-encoded, as OpenAI's API sends them
+            if args.complete:
+                call.value = args.scalar
+                try:
+                    call.arguments = json.dumps(json.loads(args.scalar), ensure_ascii=False)
+                except ValueError:
+                    call.arguments = ""
+            return
+        call.arguments = pj.canonical(args)
+        if args.complete:
+            call.value = pj.value(args)
+
+    def name_json_call(self) -> None:
+        s = self.s
+        self.expect(s.call_open)
+        before_id: str | None = None
+        if s.id_before:
+            before_id = self.until(s.id_before)[0].strip()
+        ends = tuple(e for e in (s.id_open, s.name_close) if e)
+        written, end = self.until(*ends)
+        name = written.strip()
+        written_id: str | None = None
+        if end == s.id_open and s.id_open:
+            written_id, _ = self.until(s.name_close)
+            written_id = written_id.strip()
+        if s.name_prefix and name.startswith(s.name_prefix):
+            name = name[len(s.name_prefix) :]
+        if s.name_index:
+            written_id = written.strip()
+            base, sep, idx = name.rpartition(":")
+            if sep and idx.isdigit():
+                name = base
+        if not name or any(c in name for c in "<>[]{}\n\"'"):
+            raise Bad(f"bad tool name {name!r}")
+        call = RawCall(name, written_id or before_id or None)
+        self.calls.append(call)
+        self.ws()
+        if s.args_open:
+            self.expect(s.args_open)
+        node = self.json_value()
+        if node.kind == "pending" and self.at_end():
+            raise More
+        if node.kind != "object":
+            raise Bad(f"{name}: arguments are not a JSON object")
+        self.set_args(call, node)
+        if not node.complete:
+            raise More
+        self.ws()
+        if s.args_close:
+            self.expect(s.args_close)
+            self.ws()
+        if s.call_close:
+            self.expect(s.call_close, "after the tool call (not closed)")
+        call.complete = True
+
+    def pythonic_calls(self) -> None:
+        """LFM2: `call_open` `[` NAME(key=value, ...), ... `]` `call_close`, values Python literals (read by
+        `ast.literal_eval`, never evaluated), or JSON."""
+        s = self.s
+        self.expect(s.call_open)
+        self.ws()
+        self.expect("[")
+        while True:
+            self.ws()
+            k = self.i
+            while k < len(self.text) and (self.text[k].isalnum() or self.text[k] in "_.-"):
+                k += 1
+            if k == len(self.text):
+                raise More
+            name, self.i = self.text[self.i : k], k
+            if not name:
+                raise Bad("a call needs a tool name")
+            self.expect("(")
+            call = RawCall(name, arguments="{")
+            self.calls.append(call)
+            values: dict[str, Any] = {}
+            parts: list[str] = []
+            while True:
+                self.ws()
+                if self.maybe(")"):
+                    break
+                if parts:
+                    self.expect(",")
+                    self.ws()
+                key, _ = self.until("=")
+                key = key.strip()
+                if not key.isidentifier():
+                    raise Bad(f"{name}: bad argument name {key!r}")
+                call.arguments = "{" + "".join(p + ", " for p in parts) + json.dumps(key, ensure_ascii=False) + ": "
+                val = _python_value(self._literal())
+                values[key] = val
+                parts.append(json.dumps(key, ensure_ascii=False) + ": " + json.dumps(val, ensure_ascii=False))
+                call.arguments = "{" + ", ".join(parts)
+            call.arguments = "{" + ", ".join(parts) + "}"
+            call.value, call.complete = values, True
+            self.ws()
+            if self.maybe(","):
+                continue
+            self.expect("]")
+            break
+        self.ws()
+        self.expect(s.call_close, "after the tool calls (not closed)")
+
+    def _literal(self) -> str:
+        """The text of one Python literal, up to a `,` or `)` outside brackets and strings."""
+        depth, quote, k = 0, "", self.i
+        while k < len(self.text):
+            c = self.text[k]
+            if quote:
+                if c == "\\":
+                    k += 2
+                    continue
+                if c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif c == "," and depth == 0:
+                break
+            k += 1
+        if k >= len(self.text):
+            raise More
+        out, self.i = self.text[self.i : k].strip(), k
+        if not out:
+            raise Bad("an argument without a value")
+        return out
+
+    def gemma_call(self) -> None:
+        """Gemma 4: `<|tool_call>call:NAME{key:value,...}<tool_call|>`; strings in `<|"|>` quotes, keys bare,
+        nested objects and lists in the same notation (JSON is read too)."""
+        s = self.s
+        self.expect(s.call_open)
+        name, _ = self.until("{")
+        name = name.strip()
+        if not name or any(c in name for c in "<>{}:,\"' \n"):
+            raise Bad(f"bad tool name {name!r}")
+        call = RawCall(name, arguments="{")
+        self.calls.append(call)
+        values: dict[str, Any] = {}
+        parts: list[str] = []
+        while True:
+            self.ws()
+            if self.maybe("}"):
+                break
+            if parts:
+                self.expect(",")
+                self.ws()
+            key = self._gemma_key()
+            call.arguments = "{" + "".join(p + ", " for p in parts) + json.dumps(key, ensure_ascii=False) + ": "
+            val = self._gemma_value()
+            values[key] = val
+            parts.append(json.dumps(key, ensure_ascii=False) + ": " + json.dumps(val, ensure_ascii=False))
+            call.arguments = "{" + ", ".join(parts)
+        call.arguments = "{" + ", ".join(parts) + "}"
+        call.value = values
+        self.ws()
+        self.expect(s.call_close, "after the tool call (not closed)")
+        call.complete = True
+
+    def _gemma_key(self) -> str:
+        if self.maybe(_GQ):
+            key, _ = self.until(_GQ)
+        elif self.peek('"'):
+            node = self.json_value()
+            if not node.complete:
+                raise More
+            key = str(node.scalar)
+        else:
+            key, _ = self.until(":")
+            return key.strip()
+        self.ws()
+        self.expect(":")
+        return key
+
+    def _gemma_value(self) -> Any:
+        self.ws()
+        if self.maybe(_GQ):
+            return self.until(_GQ)[0]
+        if self.peek('"'):
+            node = self.json_value()
+            if not node.complete:
+                raise More
+            return pj.value(node)
+        if self.maybe("{"):
+            out: dict[str, Any] = {}
+            while True:
+                self.ws()
+                if self.maybe("}"):
+                    return out
+                if out:
+                    self.expect(",")
+                    self.ws()
+                key = self._gemma_key()
+                out[key] = self._gemma_value()
+        if self.maybe("["):
+            items: list[Any] = []
+            while True:
+                self.ws()
+                if self.maybe("]"):
+                    return items
+                if items:
+                    self.expect(",")
+                items.append(self._gemma_value())
+        k = self.i
+        while k < len(self.text) and self.text[k] not in ",}]":
+            k += 1
+        if k == len(self.text):
+            raise More
+        word, self.i = self.text[self.i : k].strip(), k
+        if word in ("None", "null"):
+            return None
+        try:
+            return json.loads(word)  # numbers, true, false
+        except ValueError:
+            raise Bad(f"{word[:40]!r} is not a value") from None
+
+    def harmony_call(self) -> None:
+        """gpt-oss: `to=functions.NAME`, the rest of the channel header, `<|message|>`, the JSON arguments,
+        then `<|call|>` (or the end of the text, where `<|call|>` stopped generation)."""
+        self.expect("to=functions.")
+        name, _ = self.until("<|message|>")
+        name = name.strip()
+        name = name.split("<|channel|>")[0].split("<|constrain|>")[0].split()[0] if name.strip() else ""
+        if not name or any(c in name for c in "<>{}\"'"):
+            raise Bad(f"bad tool name {name!r}")
+        call = RawCall(name)
+        self.calls.append(call)
+        node = self.json_value()
+        if node.kind == "pending" and self.at_end():
+            raise More
+        if node.kind != "object":
+            raise Bad(f"{name}: arguments are not a JSON object")
+        self.set_args(call, node)
+        if not node.complete:
+            raise More
+        self.ws()
+        if self.at_end():  # `<|call|>` is a stop: the text ends with the arguments
+            call.complete = True
+            return
+        for end in ("<|call|>", "<|end|>"):
+            if self.peek(end) is None:
+                raise More
+            if self.maybe(end):
+                break
+        call.complete = True
+
+    def xml_call(self) -> None:
+        s = self.s
+        self.expect(s.call_open)
+        self.ws()
+        self.expect(s.fn_open)
+        if s.fn_name_end:
+            name, _ = self.until(s.fn_name_end)
+        else:  # the name ends at a newline or the first tag (GLM)
+            k = self.i
+            while k < len(self.text) and self.text[k] not in "\n<":
+                k += 1
+            if k == len(self.text):
+                raise More
+            name, self.i = self.text[self.i : k], k
+        name = name.strip()
+        if not name or any(c in name for c in "<>=\"'\n"):
+            raise Bad(f"bad tool name {name!r}")
+        call = RawCall(name, arguments="{")
+        self.calls.append(call)
+        tool = self.tool(name)
+        values: dict[str, Any] = {}
+        parts: list[str] = []
+        while True:
+            self.ws()
+            if s.fn_close and self.maybe(s.fn_close):
+                break
+            if not s.fn_close and self.peek(s.call_close) is not False:
+                if self.peek(s.call_close) is None:
+                    raise More
+                break
+            self.expect(s.param_open, "(a parameter)")
+            key, _ = self.until(s.param_name_end)
+            key = key.split('"')[0].strip() if s.param_typed[0] else key.strip()
+            done = ", ".join(parts)
+            call.arguments = "{" + (done + ", " if parts else "") + json.dumps(key, ensure_ascii=False) + ": "
+            if s.value_open:
+                self.ws()
+                self.expect(s.value_open)
+            is_str = string_typed(tool, key)
+            start = self.i
+            k = self.text.find(s.param_close, start)
+            if k < 0:
+                if is_str:  # stream the string as far as it is fixed
+                    raw = self.text[start:]
+                    raw = raw[: len(raw) - held_back(raw, (s.param_close,))]
+                    if s.value_newlines:
+                        raw = raw.removeprefix("\n").removesuffix("\n")
+                    call.arguments += json.dumps(raw, ensure_ascii=False)[:-1]
+                raise More
+            raw = self.text[start:k]
+            self.i = k + len(s.param_close)
+            if s.value_newlines:
+                raw = raw.removeprefix("\n").removesuffix("\n")
+            val: Any = raw
+            if not is_str:
+                try:
+                    val = json.loads(raw)
+                except ValueError:
+                    val = raw  # llama-server keeps a value that is not JSON as the string
+            values[key] = val
+            parts.append(json.dumps(key, ensure_ascii=False) + ": " + json.dumps(val, ensure_ascii=False))
+            call.arguments = "{" + ", ".join(parts)
+        call.arguments = "{" + ", ".join(parts) + "}"
+        call.value = values
+        self.ws()
+        self.expect(s.call_close, "after the tool call (not closed)")
+        call.complete = True
