@@ -9,7 +9,6 @@ scheduler (`Job.undo`). A session used for the first time is created by its firs
 from __future__ import annotations
 
 import dataclasses
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -111,7 +110,7 @@ class TurnRunner:
             log.info(
                 "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
             )
-            pieces = self._sink(turn)
+            pieces = self._sink(turn, reply_seed(job.id))
             policy = pending.context or self.context
             key = sid if turn.commit else None
             result, parts = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces, policy, key)
@@ -158,7 +157,7 @@ class TurnRunner:
             return Session.new(sid), False
 
     @staticmethod
-    def _sink(turn: Turn) -> Pieces | CallStream | None:
+    def _sink(turn: Turn, seed: str) -> Pieces | CallStream | None:
         """Where the turn's pieces go: straight to its stream, or, when tools are offered, through a
         `CallStream` that reads the answer as the format does under the turn's choice (`ToolPlan.partial`: text
         and call pieces; under "none" or the agent loop's "answer" the text, unwrapped where the format wraps
@@ -166,7 +165,6 @@ class TurnRunner:
         plan = turn.constraints.tools
         if turn.pieces is None or plan is None:
             return turn.pieces
-        seed = secrets.token_hex(8)  # the ids of calls the model writes none for: stable over the prefixes
         return CallStream(turn.pieces, lambda text: plan.partial(text, seed=seed))
 
     @staticmethod
