@@ -163,6 +163,11 @@ CASES: dict[str, tuple[str, str, str]] = {
         '{"city": "Paris", "days": 2}}\n]<|END_ACTION|>',
         "",
     ),
+    "command_r_plus": (
+        "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
+        'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 2}}]\n```',
+        "",
+    ),
     "apriel": (
         "unsloth-Apriel-1.5.jinja",
         'Let me check.\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}]</tool_calls>',
@@ -250,6 +255,7 @@ NO_RECONSTRUCTION = {
     "nemotron_v2": "<SPECIAL_12>",  # Nemotron v2 renders the content as a message of its own
     "command_r7b": "THINKING|><|END_THINKING|>",  # an empty thinking block before the action
     "gemma4": "<|tool_call>call:",  # Gemma 4 renders the calls before the content
+    "command_r_plus": "CHATBOT_TOKEN|>",  # a stored reply changes the prompt before it (the last turn's hint)
     "deepseek_r1": "｜tool▁calls▁begin｜>",  # the template drops the reasoning once the reply is stored
 }
 

@@ -303,6 +303,18 @@ COMMAND_R7B = ToolSyntax(  # Command R7B, Cohere2 MoE
     id_key="tool_call_id",
     id_first=True,
 )
+COMMAND_R_PLUS = ToolSyntax(  # Action: and a ```json fence around the list
+    "command_r_plus",
+    "json",
+    ("Action:", "<|CHATBOT_TOKEN|>"),
+    call_open="Action:",
+    args_open="```json",
+    args_close="```",
+    array=True,
+    name_key="tool_name",
+    args_key="parameters",
+    exclude=("<|START_ACTION|>",),
+)
 APRIEL = ToolSyntax(  # Apriel 1.5 / 1.6
     "apriel",
     "json",
@@ -387,6 +399,7 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     DEEPSEEK_V3_1,
     SOLAR_OPEN,
     COMMAND_R7B,
+    COMMAND_R_PLUS,
     APRIEL,
     MINIMAX_M1,
     NEMOTRON_V2,

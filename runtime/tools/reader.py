@@ -5,6 +5,7 @@ next, text up to a closer, a JSON value that may be cut). `runtime.tools.cursor`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,3 +136,16 @@ class Reader:
         return next((t for t in self.tools if t.name == name), None)
 
     # --- shapes ---
+
+    def set_args(self, call: RawCall, args: pj.Node) -> None:
+        if args.kind == "string":  # arguments JSON-encoded, as OpenAI's API sends them
+            if args.complete:
+                call.value = args.scalar
+                try:
+                    call.arguments = json.dumps(json.loads(args.scalar), ensure_ascii=False)
+                except ValueError:
+                    call.arguments = ""
+            return
+        call.arguments = pj.canonical(args)
+        if args.complete:
+            call.value = pj.value(args)

@@ -220,9 +220,9 @@ def syntax_grammar(
         any_call = b.rule("any-tool-call", "( " + " | ".join(calls) + " ) space")
         if s.array:
             items = f'{any_call} ( "," space {any_call} )*' if parallel else any_call
-            tool_call = b.rule(
-                "tool-call", _seq(_lit(s.call_open), '"[" space', items, '"]" space', _lit(s.call_close))
-            )
+            opened = _seq(_lit(s.call_open), "space", _lit(s.args_open), "space") if s.args_open else _lit(s.call_open)
+            closed = _seq(_lit(s.args_close), "space", _lit(s.call_close)) if s.args_close else _lit(s.call_close)
+            tool_call = b.rule("tool-call", _seq(opened, '"[" space', items, '"]" space', closed))
         else:
             tool_call = b.rule("tool-call", _seq(_lit(s.call_open), "space", any_call, _lit(s.call_close), "space"))
     elif s.shape == "pythonic":
