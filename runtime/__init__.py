@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from runtime.log import configure_logging
     from runtime.loop.options import SamplingOptions, TurnOptions
     from runtime.reasoning import Reasoning
-    from runtime.reply import Reply, Timings, Usage
+    from runtime.reply import Reply, Timings, ToolCallDelta, Usage
 
 _EXPORTS = {
     "Runtime": "runtime.api",
@@ -60,6 +60,7 @@ _EXPORTS = {
     "Reasoning": "runtime.reasoning",
     "Reply": "runtime.reply",
     "Timings": "runtime.reply",
+    "ToolCallDelta": "runtime.reply",
     "Usage": "runtime.reply",
 }
 
@@ -80,6 +81,7 @@ __all__ = [
     "RuntimeStats",
     "SamplingOptions",
     "Timings",
+    "ToolCallDelta",
     "TurnOptions",
     "TurnstileError",
     "Usage",

@@ -30,7 +30,7 @@ from runtime.loop.options import (
 )
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
-from runtime.loop.stream import Pieces, follow
+from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
@@ -313,10 +313,11 @@ class Runtime(SessionOps):
         *,
         tool_results: Mapping[str, Any] | None = None,
         **options: Unpack[TurnOptions],
-    ) -> AsyncIterator[str | Reply]:
-        """Yield the reply's text pieces as they are generated, then the Reply (a turn that may call tools
-        yields only its Reply: its text is read whole). A thinking model's reasoning comes as
-        `runtime.Reasoning` pieces (a `str` subclass), its answer as plain `str`; tags never show."""
+    ) -> AsyncIterator[Piece | Reply]:
+        """Yield the reply's pieces as they are generated, then the Reply. A thinking model's reasoning comes
+        as `runtime.Reasoning` pieces (a `str` subclass), its answer as plain `str`; tags never show. When tools
+        are offered, the answer still streams (only text that may become a call is held back) and tool calls
+        come as `runtime.ToolCallDelta` pieces; the pieces always add up to the Reply."""
         opts, pieces = self._options(options), Pieces()
         job = self._submit(session_id, self._chat_turn(message, tool_results, opts, pieces), opts.timeout)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
@@ -336,8 +337,8 @@ class Runtime(SessionOps):
 
     async def complete_stream(
         self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
-    ) -> AsyncIterator[str | Reply]:
-        """`complete`, streamed: the reply's text pieces, then the Reply."""
+    ) -> AsyncIterator[Piece | Reply]:
+        """`complete`, streamed: the reply's pieces (as `stream`'s), then the Reply."""
         opts, pieces = self._options(options), Pieces()
         job = self._submit_complete(messages, session_id, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):

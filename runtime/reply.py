@@ -33,6 +33,21 @@ class Timings(msgspec.Struct, frozen=True):
     total: float  # from the request to its reply
 
 
+class ToolCallDelta(msgspec.Struct, frozen=True):
+    """A streamed piece of a tool call (`rt.stream` yields them between the text pieces when tools are offered).
+
+    The first piece of call `index` (0, 1, ... in the reply's order) carries its `id` and `name` and no
+    arguments; the next ones carry only `arguments_delta`. The deltas of a call add up to its arguments as JSON
+    text, `json.dumps(call.arguments, ensure_ascii=False)`, and the final Reply's `tool_calls[index]` has the
+    same id and name: the pieces always add up to the Reply (OpenAI's `delta.tool_calls`).
+    """
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments_delta: str = ""
+
+
 class Step(msgspec.Struct, frozen=True):
     """One tool call of an agent run and the result that went back to the model."""
 

@@ -184,7 +184,7 @@ class Chat:
             async for item in self.rt.stream(self.current, text, **self.sampling):
                 if isinstance(item, Reply):
                     reply = item
-                elif item:
+                elif isinstance(item, str) and item:  # (no tools here: no tool-call pieces)
                     if not started:
                         stop()
                         item = item.lstrip()

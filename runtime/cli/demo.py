@@ -195,6 +195,8 @@ class RoundTable:
                 if isinstance(item, Reply):
                     reply = item
                     continue
+                if not isinstance(item, str):  # a tool-call piece: the demo offers no tools
+                    continue
                 text = pending + item
                 body = text.rstrip()
                 pending = text[len(body) :]

@@ -49,11 +49,6 @@ class Constraints:
     structured: bool = False  # the reply is llama-server's response format (content = the JSON value)
 
     @property
-    def streams_text(self) -> bool:
-        """Whether pieces may be streamed as they come (a reply that may call tools is read whole)."""
-        return self.tools is None or not self.tools.choice.allowed(self.tools.tools)
-
-    @property
     def stops(self) -> tuple[str, ...]:
         return self.tools.stops if self.tools is not None else ()
 

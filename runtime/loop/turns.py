@@ -23,7 +23,7 @@ from runtime.log import get_logger
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.scheduler import Job
-from runtime.loop.stream import Pieces
+from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
 from runtime.tools import reply_seed
@@ -110,7 +110,7 @@ class TurnRunner:
             log.info(
                 "request.started", kind=str(turn.kind), queued=round((job.started or job.submitted) - job.submitted, 4)
             )
-            pieces = turn.pieces if turn.constraints.streams_text else None
+            pieces = self._sink(turn, reply_seed(job.id))
             policy = pending.context or self.context
             key = sid if turn.commit else None
             result, parts = await self._in_slot(self._run_in_slot, job, pending, sampling, turn, pieces, policy, key)
@@ -118,6 +118,8 @@ class TurnRunner:
                 return self._reply(job, result, session.revision)
             done = turn.constraints.finish(parts.content, result.finish_reason, seed=reply_seed(job.id))
             done = dataclasses.replace(done, reasoning=parts.reasoning)
+            if isinstance(pieces, CallStream):  # the pieces add up to the reply, ids included
+                done = dataclasses.replace(done, tool_calls=pieces.finish(done.text, done.tool_calls))
             if not turn.commit:
                 return self._reply(job, result, session.revision, done)
             new = history.append_reply(pending, done.text, tool_calls=done.tool_calls, reasoning=done.reasoning)
@@ -155,6 +157,17 @@ class TurnRunner:
             return Session.new(sid), False
 
     @staticmethod
+    def _sink(turn: Turn, seed: str) -> Pieces | CallStream | None:
+        """Where the turn's pieces go: straight to its stream, or, when tools are offered, through a
+        `CallStream` that reads the answer as the format does under the turn's choice (`ToolPlan.partial`: text
+        and call pieces; under "none" or the agent loop's "answer" the text, unwrapped where the format wraps
+        it, as the generic JSON protocol's `{"response": ...}`)."""
+        plan = turn.constraints.tools
+        if turn.pieces is None or plan is None:
+            return turn.pieces
+        return CallStream(turn.pieces, lambda text: plan.partial(text, seed=seed))
+
+    @staticmethod
     def _pending(turn: Turn, session: Session) -> Session:
         """The session a regenerate or an edit answers: it ends with the user message to reply to."""
         if turn.kind is RequestKind.EDIT:
@@ -168,7 +181,7 @@ class TurnRunner:
         pending: Session,
         sampling: Sampling,
         turn: Turn,
-        pieces: Pieces | None,
+        pieces: Pieces | CallStream | None,
         context: ContextPolicy = "error",
         key: str | None = None,
     ) -> tuple[SlotResult, Split]:
@@ -199,8 +212,7 @@ class TurnRunner:
             def emit(parts: list[str]) -> None:
                 said.extend(parts)
                 if pieces is not None:
-                    for part in parts:
-                        pieces.push(part)
+                    pieces.feed(parts)
 
             def on_piece(piece: str) -> None:
                 if first[0]:

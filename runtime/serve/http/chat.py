@@ -21,6 +21,7 @@ import msgspec
 from runtime.api import Runtime
 from runtime.errors import TurnstileError
 from runtime.log import get_logger
+from runtime.loop.stream import Piece
 from runtime.reply import Reply
 from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http import convert
@@ -149,7 +150,7 @@ class ChatEndpoint:
 
     async def _stream(self, rt: Runtime, call: Call, send: Send, phase: _Phase) -> None:
         items = cast(
-            AsyncGenerator[str | Reply, None],
+            AsyncGenerator[Piece | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
         )
         async with contextlib.aclosing(items):
@@ -157,7 +158,7 @@ class ChatEndpoint:
             writer = ChunkWriter(self.state.next_id(), self.state.model)
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             try:
-                item: str | Reply = first
+                item: Piece | Reply = first
                 while not isinstance(item, Reply):
                     await send({"type": "http.response.body", "body": writer.piece(item), "more_body": True})
                     item = await anext(items)

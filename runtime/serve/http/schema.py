@@ -152,11 +152,21 @@ class ChatResponse(msgspec.Struct, kw_only=True):
     system_fingerprint: str | None = None
 
 
-class ToolCallDelta(msgspec.Struct, kw_only=True):
+class FunctionDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A streamed piece of a function call: the name in the call's first chunk, then arguments text."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A streamed piece of a tool call, OpenAI's `delta.tool_calls[]`: the first chunk of a call has `id`,
+    `type` and `function.name` (arguments ""), the next ones only `index` and `function.arguments`."""
+
     index: int
-    id: str
-    function: FunctionCall
-    type: str = "function"
+    function: FunctionDelta
+    id: str | None = None
+    type: str | None = None
 
 
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):

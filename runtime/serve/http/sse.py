@@ -1,8 +1,11 @@
 """Server-sent events for streamed chat completions: `data: {chunk}\\n\\n` events, then `data: [DONE]\\n\\n`.
 
-The first chunk carries the assistant role with the first piece of text; the last one the finish reason
-and llama-server's `timings`; with `stream_options.include_usage` one more chunk (no choices) carries the
-usage. An error after the stream has started is sent as a `data: {"error": ...}` event.
+The first chunk carries the assistant role with the first piece; the last one the finish reason and
+llama-server's `timings`; with `stream_options.include_usage` one more chunk (no choices) carries the usage.
+Tool calls stream as OpenAI's `delta.tool_calls` as the Runtime's `ToolCallDelta` pieces come: a call's first
+chunk has its id, type and name with arguments "", the next ones arguments text (a reply whose calls came in
+no piece sends them whole before the finish). An error after the stream has started is sent as a
+`data: {"error": ...}` event.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import msgspec
 
 from runtime.reasoning import Reasoning
 from runtime.reply import Reply
+from runtime.reply import ToolCallDelta as CallPiece
 from runtime.serve.http import convert
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.schema import Chunk, ChunkChoice, Delta, ToolCallDelta
+from runtime.serve.http.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
 
 __all__ = ["DONE", "ChunkWriter"]
 
@@ -36,6 +40,7 @@ class ChunkWriter:
         self.model = model
         self.created = int(time.time())
         self._role_sent = False
+        self._calls_sent = False
 
     def _chunk(self, delta: Delta, finish: str | None = None, timings: dict[str, Any] | None = None) -> bytes:
         choice = ChunkChoice(index=0, delta=delta, finish_reason=finish)
@@ -47,8 +52,18 @@ class ChunkWriter:
         self._role_sent = True
         return "assistant"
 
-    def piece(self, text: str) -> bytes:
-        """A streamed piece: `Reasoning` pieces are `delta.reasoning_content`, the answer `delta.content`."""
+    def piece(self, text: str | CallPiece) -> bytes:
+        """A streamed piece: `Reasoning` pieces are `delta.reasoning_content`, the answer `delta.content`, a
+        `ToolCallDelta` one entry of `delta.tool_calls`."""
+        if isinstance(text, CallPiece):
+            self._calls_sent = True
+            if text.id:  # the call's first piece
+                delta = ToolCallDelta(
+                    index=text.index, id=text.id, type="function", function=FunctionDelta(name=text.name, arguments="")
+                )
+            else:
+                delta = ToolCallDelta(index=text.index, function=FunctionDelta(arguments=text.arguments_delta))
+            return self._chunk(Delta(role=self._role(), tool_calls=[delta]))
         if isinstance(text, Reasoning):
             return self._chunk(Delta(role=self._role(), reasoning_content=str(text)))
         return self._chunk(Delta(role=self._role(), content=text))
@@ -58,8 +73,16 @@ class ChunkWriter:
         out = b""
         role = self._role()
         calls = convert.tool_calls(reply)
-        if calls:
-            deltas = [ToolCallDelta(index=i, id=c.id, function=c.function) for i, c in enumerate(calls)]
+        if calls and not self._calls_sent:
+            deltas = [
+                ToolCallDelta(
+                    index=i,
+                    id=c.id,
+                    type="function",
+                    function=FunctionDelta(name=c.function.name, arguments=c.function.arguments),
+                )
+                for i, c in enumerate(calls)
+            ]
             out += self._chunk(Delta(role=role, tool_calls=deltas))
             role = None
         elif role is not None:
