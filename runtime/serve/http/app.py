@@ -5,6 +5,8 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
+                                (runtime.serve.http.responses; `responses`: its store, default in memory)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -29,6 +31,9 @@ from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
+from runtime.serve.http.responses import ResponsesApi
+from runtime.serve.http.responses_store import ResponseStore
 from runtime.serve.http.schema import ModelCard, ModelList
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
@@ -39,7 +44,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS})
+_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *RESPONSES_PATHS})
 
 
 def app(
@@ -50,6 +55,7 @@ def app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_name: str | None = None,
     request_timeout: float | None = None,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """The ASGI app serving `rt` (None: answers 503 until `app.state.turnstile.runtime` is set).
 
@@ -63,6 +69,7 @@ def app(
         keyring=keyring,
         max_body_bytes=max_body_bytes,
         request_timeout=request_timeout,
+        responses=responses,
     )
 
 
@@ -73,6 +80,7 @@ def build(
     keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """The app over a `ServeState` (the server fills in the Runtime once the model is loaded).
 
@@ -115,6 +123,12 @@ def build(
             methods=["POST"],
         ),
         *template_routes(state, max_body_bytes=max_body_bytes),
+        *ResponsesApi(
+            state,
+            responses if responses is not None else ResponseStore(),
+            max_body_bytes=max_body_bytes,
+            request_timeout=request_timeout,
+        ).routes(),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
