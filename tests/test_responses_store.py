@@ -126,3 +126,13 @@ def test_limits_are_checked() -> None:
         ResponseStore(max_responses=0)
     with pytest.raises(InvalidConfig):
         ResponseStore(max_bytes=True)
+
+
+def test_reopen_with_lower_limits_evicts_the_oldest(tmp_path: Path) -> None:
+    store = ResponseStore(tmp_path)
+    for n, stamp in ((1, 100), (2, 300), (3, 200)):
+        store.put(rec(n, f"s{n}"))
+        os.utime(tmp_path / f"{rid(n)}.json", ns=(stamp, stamp))
+    smaller = ResponseStore(tmp_path, max_responses=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{rid(2)}.json", f"{rid(3)}.json"]
+    assert smaller.stats().responses == 2

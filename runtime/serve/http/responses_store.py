@@ -235,4 +235,9 @@ class ResponseStore:
         for _mtime, rid, entry in sorted(found, key=lambda t: (t[0], t[1])):
             self._entries[rid] = entry
             self._bytes += entry.size
+        while self._entries and (len(self._entries) > self.max_responses or self._bytes > self.max_bytes):
+            victim = next(iter(self._entries))  # the limits were lowered since: the oldest go
+            self._remove(victim)
+            self.evictions += 1
+            log.info("responses.evicted", response_id=victim, at="load")
         log.info("responses.loaded", responses=len(self._entries), bytes=self._bytes)
