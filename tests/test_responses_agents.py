@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK over its default model, the Responses API, against a real `turnstile serve`:
 an agent with a function tool (called, its result fed back, an answer), continued by
-`previous_response_id`; and the two Responses examples run against the same server."""
+`previous_response_id`; and examples/responses_chain.py against the same server (examples/agents_responses.py
+is this test's agent as a program; it is not run here, its longer answers take minutes on a loaded CPU)."""
 
 from __future__ import annotations
 
@@ -76,10 +77,6 @@ async def test_agent_with_a_tool_over_responses(smollm2_path: Path) -> None:
         assert usage.input_tokens_details.cached_tokens > 0  # the earlier conversation, from the cache
         await client.close()
 
-        out = example("agents_responses.py", srv.url)
-        assert (
-            re.search(r"^tool calls: \['.+'\]$", out, re.M) and out.count("\nagent: ") + out.startswith("agent: ") >= 1
-        )
         chain = example("responses_chain.py", srv.url)
         cached = [int(c) for c in re.findall(r"prompt tokens, (\d+) cached\]", chain)]
         assert len(cached) == 3 and cached[0] < cached[1] < cached[2]

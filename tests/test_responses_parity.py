@@ -32,13 +32,18 @@ TOOL = {
 }
 
 
+def as_item(message: dict[str, str]) -> dict[str, str]:
+    """A chat message as a Responses input item (llama-server wants `type` on assistant messages)."""
+    return {"type": "message", **message} if message["role"] == "assistant" else message
+
+
 def play(oai: OpenAI, extra: dict[str, Any]) -> tuple[list[str], list[tuple[str, Any]]]:
     texts: list[str] = []
     replies: dict[tuple[int, int], str] = {}
     for c, t in workloads.schedule(N_CONV, N_TURN):
         r = oai.responses.create(
             model="m",
-            input=workloads.messages(c, t, replies),  # type: ignore[arg-type]
+            input=[as_item(m) for m in workloads.messages(c, t, replies)],  # type: ignore[misc]
             max_output_tokens=MAX_TOKENS,
             temperature=0.0,
             extra_body=extra,
