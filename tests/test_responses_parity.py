@@ -1,13 +1,14 @@
 """Parity oracle for the Responses API: the interleaved 6 x 5 workload, each turn resent as its whole
 history to stateless `/v1/responses`, gets the same texts (greedy) from `turnstile serve` as from
-llama-server `-np 1`; and one forced tool turn gets the same function call (name and arguments).
+llama-server `-np 1`. (No tool turn: the llama-server build here answers `tool_choice: "required"` on
+/v1/responses with plain text, on SmolLM2 and on the tiny Qwen 2.5 tool model alike, so there is no
+function call of its to compare with.)
 
 Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (the oracle gate in tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,6 @@ _BINARY = llama_server_binary()
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 N_CONV, N_TURN, N_CTX, THREADS, MAX_TOKENS = 6, 5, 4096, 2, 48
-TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 
 
 def as_item(message: dict[str, str]) -> dict[str, str]:
@@ -37,7 +32,7 @@ def as_item(message: dict[str, str]) -> dict[str, str]:
     return {"type": "message", **message} if message["role"] == "assistant" else message
 
 
-def play(oai: OpenAI, extra: dict[str, Any]) -> tuple[list[str], list[tuple[str, Any]]]:
+def play(oai: OpenAI, extra: dict[str, Any]) -> list[str]:
     texts: list[str] = []
     replies: dict[tuple[int, int], str] = {}
     for c, t in workloads.schedule(N_CONV, N_TURN):
@@ -50,17 +45,7 @@ def play(oai: OpenAI, extra: dict[str, Any]) -> tuple[list[str], list[tuple[str,
         )
         replies[c, t] = r.output_text
         texts.append(r.output_text)
-    tool = oai.responses.create(
-        model="m",
-        input="What is the weather in Paris?",
-        tools=[TOOL],  # type: ignore[list-item]
-        tool_choice="required",
-        max_output_tokens=64,
-        temperature=0.0,
-        extra_body=extra,
-    )
-    calls = [(o.name, json.loads(o.arguments)) for o in tool.output if o.type == "function_call"]
-    return texts, calls
+    return texts
 
 
 def test_stateless_responses_match_llama_server(smollm2_path: Path) -> None:
@@ -75,9 +60,10 @@ def test_stateless_responses_match_llama_server(smollm2_path: Path) -> None:
         str(THREADS),
         "--cache-rules",
         "llama-server",
+        "--cache-ram",
+        "8192",
     ]
     with ServeProcess(*argv) as ts:
         got = play(OpenAI(base_url=ts.url + "/v1", api_key="none", max_retries=0), {"store": False})
-    differ = [(i, a, b) for i, (a, b) in enumerate(zip(want[0], got[0], strict=True)) if a != b]
-    assert not differ, f"{len(differ)} of {len(want[0])} texts differ (llama-server / turnstile): {differ[:3]}"
-    assert len(got[1]) == 1 and got[1] == want[1]
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b]
+    assert not differ, f"{len(differ)} of {len(want)} texts differ (llama-server / turnstile): {differ[:3]}"
