@@ -63,7 +63,8 @@ def _whole(url: str, questions: list[str], gen: dict[str, Any], api: str) -> lis
                 text, u = r["choices"][0]["message"]["content"] or "", r["usage"]
                 prompt, cached = u["prompt_tokens"], u["prompt_tokens_details"]["cached_tokens"]
             else:
-                size, r = _post(c, "/v1/responses", {"input": history, **gen})
+                items = [{"type": "message", **m} if m["role"] == "assistant" else m for m in history]
+                size, r = _post(c, "/v1/responses", {"input": items, **gen})  # llama-server wants the type
                 text = "".join(p["text"] for o in r["output"] if o["type"] == "message" for p in o["content"])
                 u = r["usage"]
                 prompt, cached = u["input_tokens"], u["input_tokens_details"]["cached_tokens"]
