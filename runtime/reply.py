@@ -56,3 +56,4 @@ class Reply(msgspec.Struct, frozen=True):
     tool_calls: tuple[ToolCall, ...] = ()  # finish_reason "tool_calls": the calls the model made
     steps: tuple[Step, ...] = ()  # `Runtime.run`: the tool calls made on the way, with their results
     reasoning: str = ""  # the reasoning ("thinking") before the answer; "" when none
+    stop_sequence: str | None = None  # the stop string that ended the reply (finish "stop"); None: EOS or other

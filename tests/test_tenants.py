@@ -28,10 +28,15 @@ def key_file(tmp_path: Path, text: str) -> Path:
 
 
 def test_key_file_format(tmp_path: Path) -> None:
-    path = key_file(tmp_path, "# team keys\n\nalice: sk-aaa\n  bob:sk-bbb  \nsk-ccc\n")
-    assert parse_key_file(path) == [(3, "alice", "sk-aaa"), (4, "bob", "sk-bbb"), (5, "key5", "sk-ccc")]
+    path = key_file(tmp_path, "# team keys\n\nalice: sk-aaa\n  bob:sk-bbb  \nsk-ccc\t# the CI\nsk-#d  # ok\n")
+    assert parse_key_file(path) == [
+        (3, "alice", "sk-aaa"),
+        (4, "bob", "sk-bbb"),
+        (5, "key5", "sk-ccc"),
+        (6, "key6", "sk-#d"),
+    ]
     ring = Keyring.from_options(None, path)
-    assert [t.name for t in ring.tenants] == ["alice", "bob", "key5"]
+    assert [t.name for t in ring.tenants] == ["alice", "bob", "key5", "key6"]
     assert ring.tenant("sk-bbb") == Tenant("bob", "bob@")
     assert ring.tenant(b"sk-aaa") == Tenant("alice", "alice@")
     assert ring.tenant("sk-aa") is None and ring.tenant("") is None and ring.tenant(None) is None

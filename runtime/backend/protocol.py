@@ -87,6 +87,7 @@ class SlotResult:
     dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
     draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
     draft_n_accepted: int = 0  # of those, accepted
+    stop_sequence: str | None = None  # the stop string that ended it (finish "stop"), None for EOS or another end
 
     @property
     def generated_tokens(self) -> int:

@@ -157,7 +157,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         port=args.port,
         **(
             {"keyring": args.keyring}
-            if args.keyring is not None
+            if getattr(args, "keyring", None) is not None
             else {"api_key": args.api_key or os.environ.get(API_KEY_ENV) or None}
         ),
         max_body_bytes=args.max_body,

@@ -257,4 +257,5 @@ class TurnRunner:
             parsed=done.parsed if done is not None else None,
             tool_calls=done.tool_calls if done is not None else (),
             reasoning=done.reasoning if done is not None else "",
+            stop_sequence=r.stop_sequence,
         )

@@ -363,6 +363,7 @@ class Slot:
             t_prefill=t_prefill,
             t_decode=t_decode,
             t_first_token=t_first,
+            stop_sequence=stops.stopped_by if finish == "stop" else None,
             draft_n=draft_n,
             draft_n_accepted=draft_n_accepted,
         )

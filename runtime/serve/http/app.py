@@ -5,6 +5,8 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
+    GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
     POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
                                 (runtime.serve.http.responses; `responses`: its store, default in memory)
 
@@ -31,10 +33,14 @@ from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
+from runtime.serve.http.messages import routes as messages_routes
 from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
 from runtime.serve.http.responses import ResponsesApi
 from runtime.serve.http.responses_store import ResponseStore
 from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
+from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
@@ -44,7 +50,18 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
-_PATHS = frozenset({"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *RESPONSES_PATHS})
+_PATHS = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/models",
+        "/health",
+        "/metrics",
+        *TEMPLATE_PATHS,
+        *MESSAGES_PATHS,
+        *SESSION_PATHS,
+        *RESPONSES_PATHS,
+    }
+)
 
 
 def app(
@@ -110,11 +127,12 @@ def build(
     async def prometheus(_request: Request) -> Response:
         return Response(metrics.render(state), media_type=metrics.CONTENT_TYPE)
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
         err = ApiError(exc.status_code, str(exc.detail), type=kind)
-        return Response(err.body(), status_code=err.status, media_type="application/json", headers=exc.headers)
+        body = err.anthropic_body() if is_anthropic(request.url.path) else err.body()
+        return Response(body, status_code=err.status, media_type="application/json", headers=exc.headers)
 
     routes = [
         Route(
@@ -123,6 +141,8 @@ def build(
             methods=["POST"],
         ),
         *template_routes(state, max_body_bytes=max_body_bytes),
+        *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+        *session_routes(state),
         *ResponsesApi(
             state,
             responses if responses is not None else ResponseStore(),

@@ -16,7 +16,8 @@ internal id is the tenant's, `Tenant.client_id(internal_id)` maps back. Invarian
 - A key never appears in a name, a log line or a metric label: only the key's name does.
 
 The key file (`turnstile serve --api-key-file PATH`) has one key a line, `NAME: KEY` or a bare `KEY`
-(named `keyN`, N its line number); blank lines and lines starting with `#` are skipped. A damaged line
+(named `keyN`, N its line number), optionally followed by whitespace and a `# comment`; blank lines and
+lines starting with `#` are skipped. A damaged line
 (a bad name, a key with spaces or non-printable characters, a duplicate key or name) is an
 `InvalidKeyFile` naming the line number, never a silent skip.
 """
@@ -145,7 +146,7 @@ class Keyring:
         """The tenant whose key is `token`, None if no key matches (every key is compared, in constant time)."""
         if not self._entries:
             return DEFAULT_TENANT
-        given = _digest(token.encode("latin-1") if isinstance(token, str) else (token or b""))
+        given = _digest(token.encode() if isinstance(token, str) else (token or b""))
         found: Tenant | None = None
         for digest, tenant in self._entries:
             if hmac.compare_digest(given, digest) and token:
@@ -172,6 +173,9 @@ def parse_key_file(path: str | Path) -> list[tuple[int, str, str]]:
                 raise InvalidKeyFile(path, lineno, "the name before ':' is not 1 to 64 characters of [A-Za-z0-9._-]")
         else:
             name, key = f"key{lineno}", line
+        key, *rest = key.split(None, 1) or [""]
+        if rest and not rest[0].startswith("#"):  # a trailing "# comment" is fine, more words are not
+            raise InvalidKeyFile(path, lineno, "the key is not 1 to 4096 printable ASCII characters without spaces")
         if _KEY.fullmatch(key) is None:
             raise InvalidKeyFile(path, lineno, "the key is not 1 to 4096 printable ASCII characters without spaces")
         if name in names:
