@@ -50,6 +50,7 @@ __all__ = [
     "ReplyMismatch",
     "RequestTimeout",
     "ResponseFormatError",
+    "ResponseNotFound",
     "RevisionConflict",
     "RuntimeClosed",
     "SessionCorrupt",
@@ -236,6 +237,17 @@ class SessionNotFound(NotFound):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {_show(session_id)} not found")
         self.session_id = session_id
+
+
+class ResponseNotFound(NotFound):
+    """Raised when a Responses API call names a response id this tenant's store does not hold (never stored,
+    deleted, or evicted as least recently used: `evicted` says which)."""
+
+    def __init__(self, response_id: str, *, evicted: bool = False) -> None:
+        why = "it was evicted from the response store (least recently used)" if evicted else "no such response"
+        super().__init__(f"response {_show(response_id)} not found: {why}")
+        self.response_id = response_id
+        self.evicted = evicted
 
 
 class StateNotHeld(NotFound):

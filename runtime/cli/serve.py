@@ -62,6 +62,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="a Jinja chat template to use instead of the model's (as llama-server's flag)",
     )
+    p.add_argument(
+        "--responses-max", type=int, default=10_000, metavar="N", help="stored Responses API responses (10000)"
+    )
+    p.add_argument(
+        "--responses-max-bytes",
+        type=int,
+        default=256 << 20,
+        metavar="BYTES",
+        help="stored responses' size limit (256 MiB; in --data-dir/responses when given)",
+    )
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -69,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name, low in (("threads", 1), ("ctx", 16), ("batch", 1), ("ubatch", 1), ("max_queued", 1), ("max_body", 1)):
+    limits = (("max_queued", 1), ("max_body", 1), ("responses_max", 1), ("responses_max_bytes", 1))
+    for name, low in (("threads", 1), ("ctx", 16), ("batch", 1), ("ubatch", 1), *limits):
         value = getattr(args, name)
         if value is not None and value < low:
             p.error(f"--{name.replace('_', '-')} must be at least {low}")
@@ -132,6 +143,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
     if args.replicas is not None:
         return await cluster.run(args, options)
+    from runtime.serve.http.responses_store import ResponseStore
     from runtime.serve.http.server import serve
 
     def ready(url: str) -> None:
@@ -151,6 +163,11 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         max_body_bytes=args.max_body,
         request_timeout=args.timeout,
         model_name=args.model_name,
+        responses=ResponseStore(
+            None if args.data_dir is None else args.data_dir / "responses",
+            max_responses=args.responses_max,
+            max_bytes=args.responses_max_bytes,
+        ),
         on_ready=ready,
     )
     return 0

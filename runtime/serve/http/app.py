@@ -7,6 +7,8 @@
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
+    POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
+                                (runtime.serve.http.responses; `responses`: its store, default in memory)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -33,6 +35,9 @@ from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages import routes as messages_routes
+from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
+from runtime.serve.http.responses import ResponsesApi
+from runtime.serve.http.responses_store import ResponseStore
 from runtime.serve.http.schema import ModelCard, ModelList
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
@@ -46,7 +51,16 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health"})
 _PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/models", "/health", "/metrics", *TEMPLATE_PATHS, *MESSAGES_PATHS, *SESSION_PATHS}
+    {
+        "/v1/chat/completions",
+        "/v1/models",
+        "/health",
+        "/metrics",
+        *TEMPLATE_PATHS,
+        *MESSAGES_PATHS,
+        *SESSION_PATHS,
+        *RESPONSES_PATHS,
+    }
 )
 
 
@@ -58,6 +72,7 @@ def app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     model_name: str | None = None,
     request_timeout: float | None = None,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """The ASGI app serving `rt` (None: answers 503 until `app.state.turnstile.runtime` is set).
 
@@ -71,6 +86,7 @@ def app(
         keyring=keyring,
         max_body_bytes=max_body_bytes,
         request_timeout=request_timeout,
+        responses=responses,
     )
 
 
@@ -81,6 +97,7 @@ def build(
     keyring: Keyring | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
+    responses: ResponseStore | None = None,
 ) -> Starlette:
     """The app over a `ServeState` (the server fills in the Runtime once the model is loaded).
 
@@ -126,6 +143,12 @@ def build(
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *session_routes(state),
+        *ResponsesApi(
+            state,
+            responses if responses is not None else ResponseStore(),
+            max_body_bytes=max_body_bytes,
+            request_timeout=request_timeout,
+        ).routes(),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),

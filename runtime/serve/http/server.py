@@ -26,6 +26,7 @@ from runtime.api import Runtime
 from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
+from runtime.serve.http.responses_store import ResponseStore
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Keyring
 
@@ -95,6 +96,7 @@ async def serve(
     port: int = 8080,
     api_key: str | None = None,
     keyring: Keyring | None = None,
+    responses: ResponseStore | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
     model_name: str | None = None,
@@ -104,7 +106,12 @@ async def serve(
     """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised)."""
     state = ServeState(model_name=model_name)
     application = build(
-        state, api_key=api_key, keyring=keyring, max_body_bytes=max_body_bytes, request_timeout=request_timeout
+        state,
+        api_key=api_key,
+        keyring=keyring,
+        max_body_bytes=max_body_bytes,
+        request_timeout=request_timeout,
+        responses=responses,
     )
     listener = sock if sock is not None else bind(host, port)
     url = url_of(listener)

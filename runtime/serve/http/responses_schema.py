@@ -1,0 +1,201 @@
+"""The OpenAI Responses API's request body and input items as msgspec Structs (POST /v1/responses).
+
+Unlike chat completions, the Responses request is decoded strictly: an unknown field, or a known one with
+the wrong type, is a 400 naming it (`forbid_unknown_fields`). The fields the official clients and the
+Agents SDK send and that turnstile does not act on (`include`, `truncation`, `user`, `service_tier` …) are
+declared and accepted. Input items are decoded one by one by their `type` (a message may omit it), so
+that an error names the item: `input[3]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "InputItem",
+    "MessageItem",
+    "ReasoningItem",
+    "ResponsesRequest",
+    "TextPart",
+    "decode_item",
+]
+
+
+class _Strict(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class TextPart(_Strict):
+    """A text content part: `input_text` (user, system) or `output_text` (assistant); `refusal` is text too."""
+
+    type: Literal["input_text", "output_text", "text", "refusal"]
+    text: str | None = None
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+    @property
+    def value(self) -> str:
+        return self.text if self.text is not None else (self.refusal or "")
+
+
+class MessageItem(_Strict):
+    """A message item: `{"role", "content"}` (content a string or text parts), `type` "message" or absent."""
+
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[TextPart]
+    type: Literal["message"] = "message"
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.value for p in self.content)
+
+
+class FunctionCallItem(_Strict):
+    """A function call the model made earlier (given back with the conversation)."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(_Strict):
+    """A function's result: `output` a string or text parts."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[TextPart]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.value for p in self.output)
+
+
+class ReasoningText(_Strict):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(_Strict):
+    """A reasoning item the model produced earlier: its `content` (reasoning_text parts) goes back to the
+    template as the next assistant message's reasoning."""
+
+    type: Literal["reasoning"]
+    summary: list[ReasoningText] = msgspec.field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+    status: str | None = None
+    encrypted_content: str | None = None
+
+    def text(self) -> str:
+        parts = self.content if self.content else self.summary
+        return "".join(p.text for p in parts)
+
+
+InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+
+_ITEM_TYPES: dict[str, type[InputItem]] = {
+    "message": MessageItem,
+    "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem,
+    "reasoning": ReasoningItem,
+}
+
+
+def decode_item(raw: object, index: int) -> InputItem:
+    """One input item, checked (`msgspec.ValidationError` naming `input[index]` when it is wrong)."""
+    if not isinstance(raw, dict):
+        raise msgspec.ValidationError(f"Expected `object`, got `{type(raw).__name__}` - at `$.input[{index}]`")
+    kind = raw.get("type", "message")
+    cls = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise msgspec.ValidationError(
+            f"item type {kind!r} is not supported (message, function_call, function_call_output, reasoning)"
+            f" - at `$.input[{index}].type`"
+        )
+    try:
+        return msgspec.convert(raw, cls)
+    except msgspec.ValidationError as e:
+        text = str(e).replace("at `$", f"at `$.input[{index}]", 1)
+        if "at `$" not in text:
+            text += f" - at `$.input[{index}]`"
+        raise msgspec.ValidationError(text) from None
+
+
+class FunctionTool(_Strict):
+    """A function tool in the Responses shape (flat, not nested under `function`)."""
+
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    def chat_tool(self) -> dict[str, Any]:
+        """The chat-completions tool dict the Runtime takes."""
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters or {"type": "object", "properties": {}}}
+        if self.description is not None:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+class TextFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    schema: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextOptions(_Strict):
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+
+class ReasoningOptions(_Strict):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
+
+
+class ResponsesRequest(_Strict):
+    """POST /v1/responses. `model` is accepted and ignored (the server runs one model)."""
+
+    input: str | list[Any]
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextOptions | None = None
+    reasoning: ReasoningOptions | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = None
+    stream: bool = False
+    # accepted, not acted on (what the official clients and the Agents SDK send)
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    user: str | None = None
+    service_tier: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    stream_options: dict[str, Any] | None = None
+    background: bool | None = None
+    top_logprobs: int | None = None
+    # llama-server's extensions, as on chat completions
+    seed: int | None = None
+    top_k: int | None = None
+    min_p: float | None = None
