@@ -87,7 +87,7 @@ class Constraints:
         if tools:
             if not isinstance(tools, Sequence) or isinstance(tools, str | bytes | Mapping):
                 raise InvalidRequest("tools must be a list of tool dicts or functions")
-            plan = ToolPlan.build(tool_format(), tools, tool_choice)
+            plan = ToolPlan.build(tool_format(), tools, tool_choice, grammar=raw is None)
             spec = raw
             if raw is not None:
                 check_grammar(raw)
