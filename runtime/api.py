@@ -88,6 +88,7 @@ def reasoning_options(
     reasoning_budget: object = None,
     reasoning_budget_message: object = None,
     chat_template_kwargs: object = None,
+    reasoning_format: object = None,
 ) -> ReasoningOptions:
     """The Runtime's default reasoning controls, checked (`InvalidConfig`)."""
     values = {
@@ -95,6 +96,7 @@ def reasoning_options(
         "reasoning_budget": reasoning_budget,
         "reasoning_budget_message": reasoning_budget_message,
         "chat_template_kwargs": chat_template_kwargs,
+        "reasoning_format": reasoning_format,
     }
     try:
         return ReasoningOptions.from_values(values)
@@ -145,6 +147,7 @@ class Runtime(SessionOps):
         reasoning_budget: int | None = None,
         reasoning_budget_message: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        reasoning_format: str | None = None,
         **engine_options: Unpack[EngineOptions],
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -165,11 +168,13 @@ class Runtime(SessionOps):
         tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
         shared_blocks N: the RAM prompt cache keeps states as blocks of N KV cells, each shared prefix once
         (`caches.blocks`; 64 measured best); None (default): whole states.
-        reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message and
-        chat_template_kwargs: the defaults of every turn (a session's or a request's own values win;
-        `runtime.reasoning.options`).
+        reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message,
+        chat_template_kwargs and reasoning_format ("auto" splits, "none" keeps the reasoning in the text): the
+        defaults of every turn (a session's or a request's own values win; `runtime.reasoning.options`).
         """
-        controls = reasoning_options(reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs)
+        controls = reasoning_options(
+            reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs, reasoning_format
+        )
         config = RuntimeConfig(
             model=None if model is None else Path(model),
             data_dir=None if data_dir is None else Path(data_dir),

@@ -32,6 +32,7 @@ __all__ = [
     "DiskTierUnavailable",
     "EngineError",
     "InvalidConfig",
+    "InvalidGrammar",
     "InvalidHistoryOp",
     "InvalidKeyFile",
     "InvalidPattern",
@@ -140,6 +141,11 @@ class InvalidKeyFile(InvalidConfig):
 
 class InvalidRequest(BadInput):
     """Raised before anything is queued when a request argument has the wrong type or value."""
+
+
+class InvalidGrammar(InvalidRequest):
+    """Raised when llama.cpp cannot run a raw GBNF grammar: it does not parse, names a token the vocabulary does not
+    have, or names an end-of-generation token as a token literal (it could never match: the grammar dead-ends)."""
 
 
 class InvalidSessionId(BadInput):

@@ -150,7 +150,7 @@ async def test_edit_refuses_two_constraints_and_changes_nothing() -> None:
     async with Runtime.serve(ScriptedBackend(), MemoryStore()) as rt:
         await rt.chat("a", "hello")
         before = (rt.store.export("a"), rt.stats().scheduler.submitted)
-        with pytest.raises(ValueError, match="use one of response_format, grammar and tools"):
+        with pytest.raises(ValueError, match="use response_format alone, not with tools"):
             await rt.edit("a", 0, "x", response_format="json", tools=[add])
         assert (rt.store.export("a"), rt.stats().scheduler.submitted) == before
 

@@ -90,12 +90,12 @@ class LlamaBackend:
         template_kwargs: dict[str, Any] | None = None,
     ) -> RenderedChat:
         spans = spans or self.engine.needs_checkpoints
-        if tools is not None or template_kwargs:  # the incremental renderer knows no template variables
+        if session_id is None and (tools is not None or template_kwargs):  # no state to keep: one full render
             rendered: RenderedChat = self.engine.render(
                 messages, spans=spans, tools=tools, template_kwargs=template_kwargs
             )
             return rendered
-        return self.prompts.render(messages, session_id, spans=spans)
+        return self.prompts.render(messages, session_id, spans=spans, tools=tools, template_kwargs=template_kwargs)
 
     def tool_format(self) -> ToolFormat:
         fmt: ToolFormat = self.engine.template.tool_format()

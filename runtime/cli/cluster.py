@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from runtime.cli import reasoning
+
 __all__ = ["add_arguments", "check_arguments", "run"]
 
 
@@ -63,6 +65,7 @@ def open_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str,
         "speculative": "ngram" if getattr(args, "spec", "none") == "ngram" else None,
         "policy": args.policy,
         "max_queued": args.max_queued,
+        **(reasoning.open_keywords(args) if hasattr(args, "reasoning_budget") else {}),
     }
 
 

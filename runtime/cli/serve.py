@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
-from runtime.cli import cluster
+from runtime.cli import cluster, reasoning
 from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
@@ -72,6 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="BYTES",
         help="stored responses' size limit (256 MiB; in --data-dir/responses when given)",
     )
+    reasoning.add_arguments(p)
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -92,6 +93,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--cache-ram must be >= -1")
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
+    reasoning.check_arguments(p, args)
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
@@ -133,6 +135,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             policy=args.policy,
             max_queued=args.max_queued,
             session_store=args.session_store,
+            **reasoning.open_keywords(args),
             **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
         )
 

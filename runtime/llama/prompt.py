@@ -23,10 +23,16 @@ A render that breaks a stability assumption on the way (an earlier message's tex
 a full render for that call. The cache is a bounded LRU over sessions (`session_id` keys), validated on
 every call by comparing the message prefix: any change of the history invalidates what follows it. A state
 keeps the messages of the prompt it rendered, so its size is bounded by the context.
+
+Template variables (`tools`, `template_kwargs`: a thinking switch, a reasoning effort) are part of every render
+of a call; a state remembers the variables it was rendered with (a canonical JSON key) and is resumed only by a
+call with the same ones; a call with other variables rebuilds the state (a conversation whose variables stay the
+same renders incrementally, one that changes them pays one full render per change).
 """
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +54,12 @@ Msg = Mapping[str, Any]
 Tokenize = Callable[[str, bool], list[int]]  # (text, add_special) -> tokens
 
 
+def _variables_key(extra: Mapping[str, Any]) -> str:
+    """One string per set of template variables (key order and None values do not matter)."""
+    given = {k: v for k, v in extra.items() if v}
+    return json.dumps(given, sort_keys=True, ensure_ascii=False, default=repr) if given else ""
+
+
 def _kind(m: Msg) -> tuple[str, bool, bool]:
     return str(m["role"]), bool(m.get("tool_calls")), bool(m.get("reasoning_content"))
 
@@ -66,6 +78,8 @@ class _Chat:
     msgs: list[Msg]
     roles: list[str]
     users: list[int]
+    extra: dict[str, Any]  # the template variables of every render (`tools`, `template_kwargs`)
+    key: str  # their `_variables_key`
 
     def first_end(self, end: int) -> int:
         """Where the first turn of msgs[:end] ends (the second user message)."""
@@ -89,6 +103,7 @@ class _State:
     text: str  # the text before the last message
     tokens: list[int]  # the tokens before the last message
     verified: bool = False
+    variables: str = ""  # the `_variables_key` of the template variables it was rendered with
 
 
 @dataclass
@@ -115,19 +130,32 @@ class PromptRenderer:
     def forget(self, key: str) -> None:
         self._states.pop(key, None)
 
-    def render(self, messages: Sequence[Msg], key: str | None = None, *, spans: bool = True) -> RenderedChat:
+    def render(
+        self,
+        messages: Sequence[Msg],
+        key: str | None = None,
+        *,
+        spans: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> RenderedChat:
         """The chat rendered with the generation prompt and tokenized, with every message's start.
 
-        Equal to `ChatTemplate.render(messages, spans=True)`; with `key`, the state is kept for the next call.
-        `spans=False` lets a full render (only when the template cannot be rendered incrementally) skip the
-        message starts, as `ChatTemplate.render` does.
+        Equal to `ChatTemplate.render(messages, spans=True, tools=tools, template_kwargs=template_kwargs)`; with
+        `key`, the state is kept for the next call (with the same variables). `spans=False` lets a full render
+        (only when the template cannot be rendered incrementally) skip the message starts, as
+        `ChatTemplate.render` does.
         """
         msgs = list(messages)
+        extra: dict[str, Any] = {"tools": tools, "template_kwargs": template_kwargs}
         if not msgs or not self.incremental or (key is None and not spans):
             if not spans:
-                return self.template.render(msgs, spans=False)  # type: ignore[arg-type]
-            return self._full(msgs, gen=True)[1]
+                return self.template.render(msgs, spans=False, **extra)  # type: ignore[arg-type]
+            return self._full(msgs, extra, gen=True)[1]
+        variables = _variables_key(extra)
         state = self._states.pop(key, None) if key is not None else None
+        if state is not None and state.variables != variables:
+            state = None  # rendered with other variables: every message may render differently
         same = common_prefix(state.msgs, msgs) if state is not None else 0
         if state is not None and same:
             roles = [*state.roles[:same], *(str(m["role"]) for m in msgs[same:])]
@@ -136,7 +164,7 @@ class PromptRenderer:
         else:
             roles = [str(m["role"]) for m in msgs]
             users = [i for i, r in enumerate(roles) if r == "user"]
-        chat = _Chat(msgs, roles, users)
+        chat = _Chat(msgs, roles, users, extra, variables)
         step = self._resume(state, chat, same) if state is not None else None
         if step is None:
             step = self._build(chat)
@@ -148,19 +176,19 @@ class PromptRenderer:
 
     # --- full renders ------------------------------------------------------------------------------
 
-    def _render(self, msgs: Sequence[Msg], gen: bool) -> str:
-        return self.template.render_text(msgs, add_generation_prompt=gen)  # type: ignore[arg-type]
+    def _render(self, msgs: Sequence[Msg], gen: bool, extra: Mapping[str, Any]) -> str:
+        return self.template.render_text(msgs, add_generation_prompt=gen, **extra)  # type: ignore[arg-type]
 
-    def _full(self, msgs: list[Msg], *, gen: bool) -> tuple[_State | None, RenderedChat]:
+    def _full(self, msgs: list[Msg], extra: dict[str, Any], *, gen: bool) -> tuple[_State | None, RenderedChat]:
         """A full render (what `ChatTemplate.render(spans=True)` computes) and, if possible, its state."""
         self.full_renders += 1
         roles = [str(m["role"]) for m in msgs]
-        text = self._render(msgs, gen)
+        text = self._render(msgs, gen, extra)
         tokens = self._tokenize(text, True)
         starts = [0] if msgs else []
         before, part = "", []
         for i in range(1, len(msgs)):
-            before = self._render(msgs[:i], False)
+            before = self._render(msgs[:i], False, extra)
             part = self._tokenize(before, True)
             starts.append(lcp(part, tokens))
         rendered = RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=roles)
@@ -176,6 +204,7 @@ class PromptRenderer:
             char_starts=chars,
             text=before,
             tokens=tokens[: starts[-1]],
+            variables=_variables_key(extra),
         )
         return state, rendered
 
@@ -206,6 +235,7 @@ class PromptRenderer:
                 text=state.text[: state.char_starts[q]],
                 tokens=state.tokens[: state.starts[q]],
                 verified=state.verified,
+                variables=state.variables,
             )
         return self._advance(state, chat)
 
@@ -213,11 +243,11 @@ class PromptRenderer:
         """A state from nothing: the first turn in full, then the rest a turn at a time."""
         first_end = chat.first_end(len(chat.msgs))
         if first_end >= len(chat.msgs):
-            state, rendered = self._full(chat.msgs, gen=True)
+            state, rendered = self._full(chat.msgs, chat.extra, gen=True)
             return _Step(state, rendered)
-        state, _ = self._full(chat.msgs[:first_end], gen=False)
+        state, _ = self._full(chat.msgs[:first_end], chat.extra, gen=False)
         step = self._advance(state, chat) if state is not None else None
-        return step if step is not None else _Step(None, self._full(chat.msgs, gen=True)[1])
+        return step if step is not None else _Step(None, self._full(chat.msgs, chat.extra, gen=True)[1])
 
     def _advance(self, state: _State, chat: _Chat) -> _Step | None:
         """Extend a state whose messages are a prefix of the chat's, a turn at a time, to all of them."""
@@ -244,9 +274,10 @@ class PromptRenderer:
         ctx = [*msgs[:first_end], *msgs[turn : q + 1]] if skips else msgs[: q + 1]
         new = msgs[q + 1 : end]
         c = len(ctx) - 1
-        before = self._render(ctx[:c], False) if c > 0 else ""
-        prefixes = [self._render(ctx + new[:j], False) for j in range(len(new))]  # text up to each new message
-        final = self._render(ctx + new, gen)
+        extra = chat.extra
+        before = self._render(ctx[:c], False, extra) if c > 0 else ""
+        prefixes = [self._render(ctx + new[:j], False, extra) for j in range(len(new))]  # text up to each message
+        final = self._render(ctx + new, gen, extra)
         if not all(t.startswith(before) for t in prefixes) or not final.startswith(before):
             return None
         base_char, base_tok = state.char_starts[q], state.starts[q]
@@ -279,10 +310,11 @@ class PromptRenderer:
                 text=text[: chars[r]],
                 tokens=tokens,
                 verified=state.verified,
+                variables=chat.key,
             )
-        shape = _shape(msgs, first_end, turn, end) if skips else None
+        shape = (chat.key, *_shape(msgs, first_end, turn, end)) if skips else None
         if not state.verified:
-            _, full = self._full(msgs[:end], gen=gen)
+            _, full = self._full(msgs[:end], extra, gen=gen)
             if (full.text, full.tokens, full.message_starts) != (rendered.text, rendered.tokens, starts):
                 return self._off(end, full)
             if nxt is not None:
@@ -290,9 +322,9 @@ class PromptRenderer:
             if shape is not None:
                 self._shapes.add(shape)
         elif shape is not None and shape not in self._shapes:  # a kind of extension not checked yet
-            text = self._render(msgs[:end], gen)
+            text = self._render(msgs[:end], gen, extra)
             if text != rendered.text or self._tokenize(text, True) != rendered.tokens:
                 self.full_renders += 1
-                return self._off(end, self._full(msgs[:end], gen=gen)[1])
+                return self._off(end, self._full(msgs[:end], extra, gen=gen)[1])
             self._shapes.add(shape)
         return _Step(nxt, rendered)

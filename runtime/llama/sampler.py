@@ -15,7 +15,8 @@ import llama_cpp
 import numpy as np
 
 from runtime.backend.protocol import GrammarSpec
-from runtime.errors import InvalidRequest
+from runtime.errors import InvalidGrammar, InvalidRequest
+from runtime.grammar.tokens import token_literals
 from sessions import Sampling
 
 if TYPE_CHECKING:
@@ -40,13 +41,31 @@ def init_grammar(engine: Engine, spec: GrammarSpec) -> Any:
     else:
         grammar = llama_cpp.llama_sampler_init_grammar(engine.vocab, gbnf, b"root")
     if not grammar:
-        raise InvalidRequest("the grammar does not parse (llama.cpp's GBNF parser refused it)")
+        raise InvalidGrammar(
+            "the grammar does not parse (llama.cpp's GBNF parser refused it; a token literal <...> must be one token)"
+        )
     return grammar
 
 
 def check_grammar(engine: Engine, spec: GrammarSpec) -> None:
-    """Raise InvalidRequest unless llama.cpp parses the grammar (read-only on the vocabulary: any thread)."""
+    """Raise InvalidGrammar unless llama.cpp parses the grammar and can run it: a token literal naming an
+    end-of-generation token (`<|call|>`, `<[id]>`) can never match, as llama.cpp's sampler lets such a token through
+    only once the grammar is complete; the grammar would dead-end and llama.cpp abort (`runtime.grammar.tokens`).
+    Read-only on the vocabulary: any thread."""
     llama_cpp.llama_sampler_free(init_grammar(engine, spec))
+    eog = set(engine.eog_tokens())
+    for lit in token_literals(spec.gbnf):
+        if lit.token_id is not None:
+            if not 0 <= lit.token_id < engine.n_vocab:
+                raise InvalidGrammar(f"the grammar's token literal {lit.text} is not a token id of this model")
+            ids = [lit.token_id]
+        else:
+            ids = engine.tokenize(lit.text, add_special=False, parse_special=True)
+        if not lit.negated and len(ids) == 1 and ids[0] in eog:
+            raise InvalidGrammar(
+                f"the grammar's token literal {lit.text} is an end-of-generation token: llama.cpp's grammar never "
+                f"matches one (the reply ends there); end the rule before it, or spell its text as a string literal"
+            )
 
 
 class Sampler:
@@ -125,6 +144,8 @@ class Sampler:
             tok = self._apply(idx, grammar=False)
             if not self._allows(tok):  # the grammar rejects it: sample again, grammar first
                 tok = self._apply(idx, grammar=True)
+                if not self._allows(tok):  # no token fits: accepting it would abort inside llama.cpp
+                    raise InvalidGrammar("the grammar allows no token of this model here (it dead-ends)")
         llama_cpp.llama_sampler_accept(self._grammar, tok)
         llama_cpp.llama_sampler_accept(self._chain, tok)
         return tok

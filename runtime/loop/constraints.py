@@ -9,6 +9,10 @@ Structured output follows llama-server's /v1/chat/completions: the grammar is it
 prompt first; the reply's text is the JSON value alone, as llama-server's `message.content`. On a thinking
 model the reasoning block may come first (or the grammar starts inside it, when the generation prompt opened
 it), and `finish` is given the answer part: the turn splits the reasoning off before.
+
+A raw `grammar` given together with `tools` replaces the tools' grammar: it decides the reply's text, which is
+then parsed for tool calls as usual (llama-server refuses the combination; accepting it lets an app's tests force
+a model, any model, to call a tool).
 """
 
 from __future__ import annotations
@@ -65,27 +69,32 @@ class Constraints:
         check_grammar: Callable[[GrammarSpec], None] = lambda _spec: None,
         reasoning_format: Callable[[], ReasoningFormat | None] = lambda: None,
     ) -> Constraints:
-        """Check the turn's constraints; at most one of `response_format`, `grammar` and `tools`."""
+        """Check the turn's constraints: `response_format` alone, or `grammar` and / or `tools` (the grammar then
+        decides the text, the tools how it is read)."""
         given = [n for n, v in (("response_format", response_format), ("grammar", grammar), ("tools", tools)) if v]
-        if len(given) > 1:
-            raise InvalidRequest(f"use one of response_format, grammar and tools, not {' and '.join(given)}")
+        if response_format and len(given) > 1:
+            raise InvalidRequest(f"use response_format alone, not with {' and '.join(given[1:])}")
+        raw = None
+        if grammar is not None:
+            if not isinstance(grammar, str) or not grammar.strip():
+                raise InvalidRequest("grammar must be a non-empty GBNF string with a `root` rule")
+            raw = GrammarSpec(grammar)  # a user grammar is not fed the generation prompt
         if tools:
             if not isinstance(tools, Sequence) or isinstance(tools, str | bytes | Mapping):
                 raise InvalidRequest("tools must be a list of tool dicts or functions")
-            plan = ToolPlan.build(tool_format(), tools, tool_choice)
-            spec = None
-            if plan.grammar is not None:
+            plan = ToolPlan.build(tool_format(), tools, tool_choice, grammar=raw is None)
+            spec = raw
+            if raw is not None:
+                check_grammar(raw)
+            elif plan.grammar is not None:
                 g = plan.grammar
                 spec = GrammarSpec(g.gbnf, lazy=g.lazy, trigger_patterns=g.patterns() if g.lazy else ())
             return cls(grammar=spec, tools=plan)
         if tool_choice not in ("auto", None):
             raise InvalidRequest("tool_choice needs tools")
-        if grammar is not None:
-            if not isinstance(grammar, str) or not grammar.strip():
-                raise InvalidRequest("grammar must be a non-empty GBNF string with a `root` rule")
-            spec = GrammarSpec(grammar)  # a user grammar is not fed the generation prompt
-            check_grammar(spec)
-            return cls(grammar=spec)
+        if raw is not None:
+            check_grammar(raw)
+            return cls(grammar=raw)
         if response_format is None:
             return cls()
         schema, parse = schema_for(response_format)  # type: ignore[arg-type]

@@ -36,12 +36,15 @@ class ToolPlan:
         tool_choice: object = "auto",
         *,
         parallel: bool = False,
+        grammar: bool = True,
     ) -> ToolPlan:
-        """Check everything and build the grammar; `InvalidTool`, or the converter's error for a bad schema."""
+        """Check everything and build the grammar; `InvalidTool`, or the converter's error for a bad schema.
+        `grammar=False`: no grammar (a raw grammar of the caller's decides the text; the plan renders and parses)."""
         checked = as_tools(tools)
         choice = resolve_tool_choice(tool_choice, checked)
         parallel = parallel and fmt.parallel
-        return cls(fmt, checked, choice, fmt.grammar(checked, choice, parallel=parallel), parallel)
+        built = fmt.grammar(checked, choice, parallel=parallel) if grammar else None
+        return cls(fmt, checked, choice, built, parallel)
 
     def render_plan(self, messages: list[dict[str, Any]]) -> RenderPlan:
         """The chat template's input for OpenAI-shaped `messages` (e.g. `Session.chat_messages()`)."""
