@@ -12,6 +12,11 @@ Each operation runs `--repeat` times; the table gives the median (and best) time
 - `disk write`: `DiskTier.put(tokens, SlotState.parts())` (header + CRC-32 + file write, no joined copy);
   `disk read`: `DiskTier.find(tokens)` (index lookup, one read into a fresh buffer, CRC-32) and
   `disk read + restore`: the same, then `SlotState.decode` (views) and `Engine.state_set`;
+- `disk blocks: ...` rows: the same with `DiskTier(blocks=DiskBlocks(KV, --block-cells))` (64, the
+  `shared_blocks` default): `write, all new` cuts and writes every block (states of other first tokens);
+  `write, all held` a state sharing every full block with one stored (only its record is written);
+  `read (assembled)` reads that state's record and its shared blocks, each into its place in one buffer
+  (the issue's goal: >= 2 GB/s); `read + restore` then `Engine.state_set`;
 - `before: ...` rows: the previous path, re-enacted here for comparison (a zeroed ctypes buffer then
   `bytes(...)`; `from_buffer_copy` on restore; msgpack encode/decode around the disk tier).
 
@@ -39,7 +44,9 @@ import msgspec
 import numpy as np
 
 from benchmarks import _cli
-from caches.disk.tier import DiskTier
+from caches.blocks import DEFAULT_BLOCK_CELLS
+from caches.disk.tier import DiskBlocks, DiskTier
+from caches.kvstate import Memory
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
@@ -178,6 +185,8 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         rows.append(_row("disk read", nbytes, reads, m_fresh))
         rows.append(_row("disk read + restore", nbytes, read_restores, m_fresh + m_into))
 
+        rows += _block_rows(eng, tokens, slot_state, directory, args.block_cells, r, m_fresh, m_into)
+
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Legacy)
         with DiskTier(directory / "old", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
             it = iter(keys)
@@ -197,6 +206,55 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _block_rows(
+    eng: Engine,
+    tokens: list[int],
+    slot_state: SlotState,
+    directory: Path,
+    block_cells: int,
+    r: int,
+    m_fresh: float,
+    m_into: float,
+) -> list[dict[str, Any]]:
+    """The disk tier with shared blocks: writes (all new, all held), the assembled read, read + restore."""
+    size = len(slot_state.state)
+    blocks = DiskBlocks(Memory.KV, block_cells)
+    with DiskTier(
+        directory / "blocks", fingerprint="bench", settings=eng.settings_key, limit_bytes=0, blocks=blocks
+    ) as tier:
+        fresh = [[50_000 + i, *tokens[1:]] for i in range(r)]  # another first token: every block new
+        held = [[50_000, *tokens[1:-1], 60_000 + i] for i in range(r)]  # all full blocks of fresh[0]
+        it = iter(fresh)
+        new_writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+        it = iter(held)
+        held_writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+        it = iter(held)
+        whole = sum(len(p) for p in slot_state.parts())
+
+        def read() -> None:
+            found = tier.find(next(it))
+            assert found is not None and len(found[1]) == whole
+
+        reads = _time(read, r)
+        it = iter(held)
+
+        def read_restore() -> None:
+            found = tier.find(next(it))
+            assert found is not None
+            eng.state_set(SlotState.decode(found[1]).state)
+
+        read_restores = _time(read_restore, r)
+        st = tier.stats()
+        if st.whole_states or st.blocks_shared != r * ((len(tokens) - 1) // block_cells):
+            raise RuntimeError(f"the states were not shared as planned: {st}")
+    return [
+        _row(f"disk blocks ({block_cells}): write, all new", size, new_writes, m_fresh),
+        _row(f"disk blocks ({block_cells}): write, all held", size, held_writes, m_fresh),
+        _row(f"disk blocks ({block_cells}): read (assembled)", size, reads, m_fresh),
+        _row(f"disk blocks ({block_cells}): read + restore", size, read_restores, m_fresh + m_into),
+    ]
+
+
 def main(argv: list[str]) -> None:
     ap = _cli.parser("swap", __doc__)
     ap.add_argument("--tokens", type=int, default=6000, help="tokens in the state")
@@ -206,6 +264,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--dir", default=None, help="where the disk tier goes (default: a temporary directory)")
     ap.add_argument("--state-file", default=None, help="keep the prefilled state here and reuse it (skips prefill)")
+    ap.add_argument("--block-cells", type=int, default=DEFAULT_BLOCK_CELLS, help="cells per block (disk blocks rows)")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write swap.json")
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.tokens >= args.n_ctx or args.repeat < 1:

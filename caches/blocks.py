@@ -50,6 +50,7 @@ __all__ = [
     "BlockStoreStats",
     "StoredState",
     "chain_keys",
+    "chain_seed",
     "held_bytes",
     "plan_held_evictions",
 ]
@@ -64,6 +65,14 @@ forks): stored / unique KV 1.029 at 16 cells, 1.067 at 32 and 64, 1.221 at 128, 
 state assembles at 2.84, 3.39, 4.18, 4.36, 4.38 GB/s. 64 is the largest within 1.15x."""
 
 _DIGEST = 16
+
+
+def chain_seed(block_cells: int, namespace: bytes, signature: bytes) -> bytes:
+    """The key before block 0 of states of one cell layout (`kvstate.Frame.signature`), of blocks of
+    `block_cells` cells, in `namespace` (model fingerprint and context settings). The RAM store and the
+    disk tier use the same chain, so a block has one key wherever it is held."""
+    head = b"turnstile-blocks-1\0%d\0" % block_cells
+    return hashlib.blake2b(head + namespace + b"\0" + signature, digest_size=_DIGEST).digest()
 
 
 def chain_keys(seed: bytes, tokens: Sequence[int], block_cells: int) -> list[bytes]:
@@ -169,8 +178,7 @@ class BlockStore:
 
     def seed(self, signature: bytes) -> bytes:
         """The chain's start for states of one cell layout."""
-        head = b"turnstile-blocks-1\0%d\0" % self.block_cells
-        return hashlib.blake2b(head + self.namespace + b"\0" + signature, digest_size=_DIGEST).digest()
+        return chain_seed(self.block_cells, self.namespace, signature)
 
     def put(
         self, tokens: Sequence[int], state: kvstate.Buffer, memory: Memory, *, partial: bool = False

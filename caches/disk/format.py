@@ -5,7 +5,9 @@ Layout (little-endian):
     offset  size  field
     0       4     magic b"TSKV"
     4       2     format version (1)
-    6       1     kind: 1 state (tokens + payload), 2 index (tokens only: the state's header)
+    6       1     kind: 1 state (tokens + payload), 2 index (tokens only: the state's header),
+                  3 blocked state (its payload the body `caches.disk.cut` writes: all but its shared blocks),
+                  4 block (the block's tokens + its cells' payload)
     7       1     reserved, 0
     8       2     F: length of the model fingerprint (UTF-8)
     10      4     S: length of the context settings
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +43,8 @@ from caches.tokens import tokens_from_bytes, tokens_to_bytes
 from runtime.errors import StateFormatError
 
 __all__ = [
+    "KIND_BLOCK",
+    "KIND_BLOCKED",
     "KIND_INDEX",
     "KIND_STATE",
     "MAGIC",
@@ -60,6 +64,10 @@ MAGIC = b"TSKV"
 VERSION = 1
 KIND_STATE = 1
 KIND_INDEX = 2
+KIND_BLOCKED = 3
+KIND_BLOCK = 4
+_BODY_KINDS = frozenset((KIND_STATE, KIND_BLOCKED, KIND_BLOCK))
+"""Kinds whose records hold their payload (an index record gives its state's payload length only)."""
 
 _HEAD = struct.Struct("<4sHBxHIIQ")
 _CRC = struct.Struct("<I")
@@ -79,6 +87,10 @@ class RecordFile(Protocol):
     def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
+BodyReader = Callable[[RecordFile, int, int], tuple[memoryview, int]]
+"""Reads a record's payload of n bytes from the file, continuing the crc: (payload view, crc)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     kind: int
@@ -94,7 +106,7 @@ def _as_bytes(value: str | bytes) -> bytes:
 
 def record_size(kind: int, fingerprint: str | bytes, settings: str | bytes, n_tokens: int, payload_len: int) -> int:
     """The encoded size of a record, in bytes."""
-    body = payload_len if kind == KIND_STATE else 0
+    body = payload_len if kind in _BODY_KINDS else 0
     return _HEAD.size + len(_as_bytes(fingerprint)) + len(_as_bytes(settings)) + 4 * n_tokens + body + _CRC.size
 
 
@@ -116,7 +128,7 @@ def encode_parts(
     fp, st = _as_bytes(fingerprint), _as_bytes(settings)
     tb = tokens_to_bytes(tokens) if token_bytes is None else token_bytes
     pieces = payload_parts(payload)
-    if kind == KIND_STATE:
+    if kind in _BODY_KINDS:
         body = pieces
         plen = sum(len(p) for p in pieces)
     else:
@@ -200,12 +212,16 @@ def decode(
     fingerprint: str | bytes,
     settings: str | bytes,
     tokens: Sequence[int] | None = None,
+    body: BodyReader | None = None,
 ) -> Record:
     """Read and check one record of `size` bytes; raise `StateFormatError` if this tier cannot use it.
 
     Magic and version first (they fix the layout); then the lengths in the header against `size` (a
     damaged length must not make us allocate gigabytes); then the whole record is read and its checksum
     checked; only then kind, fingerprint, settings and tokens, so that damage is reported as damage.
+
+    `body(f, n, crc)` reads the payload instead of the default (one fresh buffer): it reads exactly `n`
+    bytes, wherever it wants them, and returns (the view to give as `Record.payload`, the crc continued).
     """
     head = f.read(_HEAD.size)
     if len(head) < 6:
@@ -218,8 +234,8 @@ def decode(
     if len(head) < _HEAD.size:
         raise StateFormatError("truncated", "header")
     _, _, rec_kind, f_len, s_len, n_tok, p_len = _HEAD.unpack(head)
-    body = p_len if rec_kind == KIND_STATE else 0
-    want = _HEAD.size + f_len + s_len + 4 * n_tok + body + _CRC.size
+    n_body = p_len if rec_kind in _BODY_KINDS else 0
+    want = _HEAD.size + f_len + s_len + 4 * n_tok + n_body + _CRC.size
     if want > size:
         raise StateFormatError("truncated", f"the header says {want} bytes, there are {size}")
     if want < size:
@@ -228,7 +244,7 @@ def decode(
     st = _read_exact(f, s_len)
     tb = _read_exact(f, 4 * n_tok)
     crc = zlib.crc32(tb, zlib.crc32(st, zlib.crc32(fp, zlib.crc32(head))))
-    payload, crc = _read_payload(f, body, crc)
+    payload, crc = (body or _read_payload)(f, n_body, crc)
     (stored,) = _CRC.unpack(_read_exact(f, _CRC.size))
     if stored != crc:
         raise StateFormatError("checksum", f"crc32 {stored:08x} != {crc:08x}")

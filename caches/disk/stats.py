@@ -28,7 +28,14 @@ class DiskTierStats(msgspec.Struct, frozen=True, kw_only=True):
 
     entries: int
     bytes: int
-    """Bytes of the records (state + index), the figure the byte limit applies to."""
+    """Bytes of the records (state + index, and each shared block once), the figure the byte limit applies
+    to; the same as `stored_bytes`."""
+    logical_bytes: int = 0
+    """What the entries would take stored whole (each one's whole state record + index)."""
+    stored_bytes: int = 0
+    """What the directory holds for them (`bytes`)."""
+    blocks: int = 0
+    """Shared blocks held (each once)."""
     limit_bytes: int
     puts: int
     hits: int
@@ -40,22 +47,33 @@ class DiskTierStats(msgspec.Struct, frozen=True, kw_only=True):
     """Entries removed because their records could not be used (damaged, another model, ...)."""
     bytes_written: int
     bytes_read: int
+    blocks_written: int = 0
+    """Blocks a put wrote (not held yet)."""
+    blocks_shared: int = 0
+    """Blocks a put found held already (not written)."""
+    whole_states: int = 0
+    """Puts stored whole although blocks are on (a layout `caches.kvstate` does not cut)."""
 
 
 class TierCounters:
     """The tier's counters and its last published contents, behind one small lock (see the module)."""
 
     __slots__ = (
+        "_blocks",
+        "_blocks_shared",
+        "_blocks_written",
         "_bytes",
         "_entries",
         "_evictions",
         "_hits",
         "_lock",
+        "_logical",
         "_misses",
         "_puts",
         "_read",
         "_rejected",
         "_replaced",
+        "_whole",
         "_written",
         "limit_bytes",
     )
@@ -66,6 +84,7 @@ class TierCounters:
         self._entries = self._bytes = 0
         self._puts = self._hits = self._misses = self._evictions = 0
         self._replaced = self._rejected = self._written = self._read = 0
+        self._logical = self._blocks = self._blocks_written = self._blocks_shared = self._whole = 0
 
     def add(
         self,
@@ -78,6 +97,9 @@ class TierCounters:
         rejected: int = 0,
         written: int = 0,
         read: int = 0,
+        blocks_written: int = 0,
+        blocks_shared: int = 0,
+        whole: int = 0,
     ) -> None:
         """Count what an operation did (any thread)."""
         with self._lock:
@@ -89,11 +111,14 @@ class TierCounters:
             self._rejected += rejected
             self._written += written
             self._read += read
+            self._blocks_written += blocks_written
+            self._blocks_shared += blocks_shared
+            self._whole += whole
 
-    def publish(self, entries: int, nbytes: int) -> None:
+    def publish(self, entries: int, nbytes: int, logical: int = 0, blocks: int = 0) -> None:
         """What the directory holds now, as a completed transaction left it (the tier's lock held)."""
         with self._lock:
-            self._entries, self._bytes = entries, nbytes
+            self._entries, self._bytes, self._logical, self._blocks = entries, nbytes, logical, blocks
 
     def snapshot(self) -> DiskTierStats:
         """The numbers now: no I/O, and no wait on a write in progress."""
@@ -101,6 +126,9 @@ class TierCounters:
             return DiskTierStats(
                 entries=self._entries,
                 bytes=self._bytes,
+                logical_bytes=self._logical,
+                stored_bytes=self._bytes,
+                blocks=self._blocks,
                 limit_bytes=self.limit_bytes,
                 puts=self._puts,
                 hits=self._hits,
@@ -110,4 +138,7 @@ class TierCounters:
                 rejected=self._rejected,
                 bytes_written=self._written,
                 bytes_read=self._read,
+                blocks_written=self._blocks_written,
+                blocks_shared=self._blocks_shared,
+                whole_states=self._whole,
             )

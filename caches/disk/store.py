@@ -3,7 +3,8 @@
 Rows (every key a `str`, every value raw bytes, `str` or `int`; `RawDisk` refuses anything pickled):
 
 - `turnstile:i:<d>`, `turnstile:u:<d>`, `turnstile:r:<d>`: an entry's index record, usage and state record
-  (see `caches.disk.tier`);
+  (see `caches.disk.tier`); `turnstile:k:<d>` its manifest when it is stored as blocks, and
+  `turnstile:b:<key hex>` each block record (`caches.disk.cut`);
 - `turnstile-meta:seq`: an `int`, one more in every write transaction that changes an entry;
 - `turnstile-meta:log:<seq>`: the digests that transaction changed, space-separated (the last `LOG_KEEP`).
 
@@ -31,9 +32,22 @@ import diskcache
 from runtime.errors import DiskTierUnavailable, UnsafeRecord
 from sessions.raw_disk import RawDisk
 
-__all__ = ["IDX", "LOG_KEEP", "REC", "STORE_ERRORS", "USE", "WRITE_ERRORS", "TierDisk", "TierStore", "Txn"]
+__all__ = [
+    "BLK",
+    "IDX",
+    "LOG_KEEP",
+    "MAN",
+    "REC",
+    "STORE_ERRORS",
+    "USE",
+    "WRITE_ERRORS",
+    "TierDisk",
+    "TierStore",
+    "Txn",
+]
 
 IDX, USE, REC = "turnstile:i:", "turnstile:u:", "turnstile:r:"
+MAN, BLK = "turnstile:k:", "turnstile:b:"
 SEQ = "turnstile-meta:seq"
 LOG = "turnstile-meta:log:"
 LOG_KEEP = 1024

@@ -12,7 +12,14 @@ pickled row, so nothing is ever unpickled: such a row is logged and removed):
 - `turnstile:i:<d>` the index record: the same header and tokens, no payload;
 - `turnstile:u:<d>` `"<last use, ns>:<bytes>"`, the least-recently-used order and the entry's size.
 
-All three are written and removed together in one transaction (an SQLite write lock: two threads, two
+With `blocks` (`DiskBlocks`: `Runtime.open(shared_blocks=N)`), a state is stored as blocks of N KV cells
+(`caches.disk.cut`): `turnstile:k:<d>` lists the entry's blocks, `turnstile:b:<key>` holds each block once
+however many entries list it, and the state record (kind 3) holds the rest. A put writes only the blocks
+not held yet, block rows before the state rows that refer to them; a block goes with the last entry that
+lists it (the counts are the mirror's, derived from the entries); blocks no entry lists are collected at
+open. A state `caches.kvstate` cannot cut is stored whole (logged once per reason).
+
+All of an entry's rows are written and removed together in one transaction (an SQLite write lock: two threads, two
 `DiskTier`s or two processes on one directory lose nothing), which also bumps the directory's change
 counter and logs the digests it changed (`disk_store`).
 
@@ -36,50 +43,33 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import itertools
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
+from caches.disk.cut import Cut, DiskBlocks, cut
+from caches.disk.entry import Encoded, collect_blocks, encode_entry, rejection, why, write_blocks
 from caches.disk.format import (
-    KIND_INDEX,
-    KIND_STATE,
     Buffer,
     PartsReader,
     Payload,
     StateFormatError,
-    decode,
-    encode,
-    encode_parts,
     payload_parts,
     tokens_to_bytes,
 )
 from caches.disk.mirror import Item, Mirror
+from caches.disk.reads import Unusable, read_state
 from caches.disk.stats import DiskTierStats, TierCounters
-from caches.disk.store import IDX, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
+from caches.disk.store import BLK, IDX, MAN, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
-from runtime.errors import DiskTierUnavailable, InvalidConfig, MissingValueFile, UnsafeRecord
+from runtime.errors import DiskTierUnavailable, InvalidConfig, StateLayoutError, UnsafeRecord
 from runtime.log import get_logger
 
-__all__ = ["DiskTier", "DiskTierStats", "DiskTierUnavailable"]
+__all__ = ["DiskBlocks", "DiskTier", "DiskTierStats", "DiskTierUnavailable"]
 
 log = get_logger(__name__)
-
-
-def _why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
-def _rejection(e: BaseException) -> tuple[str, str]:
-    """(reason, detail) for a row that cannot be used."""
-    if isinstance(e, StateFormatError):
-        return e.reason, str(e)
-    if isinstance(e, MissingValueFile):
-        return "missing", str(e)
-    return ("unsafe" if isinstance(e, UnsafeRecord) else "unreadable"), _why(e)
 
 
 class DiskTier:
@@ -95,6 +85,7 @@ class DiskTier:
         fingerprint: str,
         settings: str | bytes = "",
         limit_bytes: int = 4 << 30,
+        blocks: DiskBlocks | None = None,
         mid_put: Callable[[], None] | None = None,
     ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
@@ -118,6 +109,9 @@ class DiskTier:
         self._seq = -1  # the change counter the in-memory index reflects; -1: reload
         self._n = TierCounters(limit_bytes)
         self._mid_put = mid_put
+        self.blocks = blocks
+        self._namespace = f"{fingerprint};{settings if isinstance(settings, str) else settings.decode()}".encode()
+        self._whole_reasons: set[str] = set()
         self._store = TierStore(self.directory)
         try:
             with self._lock, self._write():
@@ -126,7 +120,7 @@ class DiskTier:
                 self._evict_over_limit(keep=None)
         except STORE_ERRORS as e:
             self._store.close()
-            raise DiskTierUnavailable(self.directory, _why(e)) from e
+            raise DiskTierUnavailable(self.directory, why(e)) from e
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -135,52 +129,73 @@ class DiskTier:
 
         Replaces an entry with the same tokens and drops the entries these tokens hold whole (their
         tokens are a prefix of these), as llama-server's prompt cache does. Refuses empty tokens and a
-        record larger than the byte limit alone. Then evicts the least recently used over the limit.
-        A write that fails is logged (`disk_tier.write_failed`), leaves nothing behind and returns False.
+        state that would hold more than the byte limit alone. Then evicts the least recently used over
+        the limit. A write that fails is logged (`disk_tier.write_failed`), leaves nothing behind and
+        returns False. With `blocks`, only the blocks not held yet are written.
         """
         toks = tuple(tokens)
         if not toks:
             return False
         tb = tokens_to_bytes(toks)
         pieces = payload_parts(payload)
-        parts = encode_parts(KIND_STATE, self._fp, self.settings, toks, pieces, token_bytes=tb)
-        plen = sum(len(p) for p in pieces)
-        index = encode(KIND_INDEX, self._fp, self.settings, toks, payload_len=plen, token_bytes=tb)
-        nbytes = sum(len(p) for p in parts) + len(index)
-        if self.limit_bytes and nbytes > self.limit_bytes:
-            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=nbytes, limit_bytes=self.limit_bytes)
+        e = encode_entry(self._fp, self.settings, toks, tb, pieces, self._cut(toks, pieces))
+        if self.limit_bytes and e.held > self.limit_bytes:
+            log.warning("disk_tier.too_large", n_tokens=len(toks), nbytes=e.held, limit_bytes=self.limit_bytes)
             return False
         d = self._digest(tb)
         t0 = time.perf_counter()
         try:
             with self._lock:
-                self._put(d, toks, parts, index, nbytes)
-            self._n.add(puts=1, written=nbytes)
-        except WRITE_ERRORS as e:
-            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=nbytes, error=_why(e))
+                written, new = self._put(d, e)
+            self._n.add(puts=1, written=written, blocks_written=new, blocks_shared=len(e.item.keys) - new)
+        except WRITE_ERRORS as err:
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=e.held, error=why(err))
             return False
         log.debug(
-            "disk_tier.put", key=d, n_tokens=len(toks), nbytes=nbytes, ms=round(1000 * (time.perf_counter() - t0), 2)
+            "disk_tier.put", key=d, n_tokens=len(toks), nbytes=written, ms=round(1000 * (time.perf_counter() - t0), 2)
         )
         return True
 
-    def _put(self, d: str, toks: tuple[int, ...], parts: list[Buffer], index: bytes, nbytes: int) -> None:
-        """Lock held. Write first, then delete (diskcache removes a deleted value's file at once, even
-        inside a transaction that is then rolled back); a failure rolls back and removes the new files."""
+    def _cut(self, toks: tuple[int, ...], pieces: list[Buffer]) -> Cut | None:
+        """The payload cut into blocks, or None: no blocks configured, or a state kept whole (logged)."""
+        if self.blocks is None:
+            return None
+        try:
+            c = cut(self.blocks, self._namespace, toks, pieces)
+            return c if c.keys else None  # less than one block: nothing to share, stored whole
+        except StateLayoutError as e:
+            first = str(e) not in self._whole_reasons
+            self._whole_reasons.add(str(e))
+            (log.info if first else log.debug)("disk_tier.whole", reason=str(e), n_tokens=len(toks))
+            self._n.add(whole=1)
+            return None
+
+    def _put(self, d: str, e: Encoded) -> tuple[int, int]:
+        """Lock held. Blocks not held yet first, then the entry's rows, then deletes (diskcache removes a
+        deleted value's file at once, even inside a transaction that is then rolled back); a failure rolls
+        back and removes the new files. (bytes written, blocks written)."""
+        item = e.item
         with self._write() as txn:
             stamp = time.time_ns()
-            self._store.put(IDX + d, index)
-            self._store.put(USE + d, format_usage(stamp, nbytes))
-            self._store.put(REC + d, PartsReader(parts), read=True)
+            new = write_blocks(self._store, self._fp, self.settings, e, self._m.blocks)
+            self._store.put(IDX + d, e.index)
+            self._store.put(USE + d, format_usage(stamp, item.nbytes))
+            if e.manifest is not None:
+                self._store.put(MAN + d, e.manifest)
+            elif d in self._m and self._m.items[d].keys:
+                self._store.delete(MAN + d)
+            self._store.put(REC + d, PartsReader(e.parts), read=True)
             txn.changed.add(d)
-            for od in self._m.trie.prefixes(toks):
+            olds = self._m.trie.prefixes(item.tokens)
+            self._drop_blocks(self._m.add(d, item, format_usage(stamp, item.nbytes)))
+            for od in olds:
                 log.debug("disk_tier.replaced", key=od, n_tokens=len(self._m.items[od].tokens))
                 self._delete(od)
                 self._n.add(replaced=1)
-            self._m.add(d, Item(toks, nbytes), format_usage(stamp, nbytes))
             self._evict_over_limit(keep=d)
             if self._mid_put is not None:
                 self._mid_put()
+        return item.nbytes + new * item.block_record, new
 
     def find(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[list[int], memoryview] | None:
         """The stored (tokens, payload) that keeps the most of `prompt`, or None.
@@ -209,21 +224,21 @@ class DiskTier:
                     log.debug("disk_tier.hit", key=d, n_tokens=len(item.tokens), kept=kept)
                     return list(item.tokens), payload
         except STORE_ERRORS as e:
-            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
         self._n.add(misses=1)
         return None
 
     def peek(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[int, tuple[int, ...], int] | None:
-        """What `find` would read first, from the in-memory index (no state read): (kept, its tokens, its bytes)."""
+        """What `find` would read first, from the in-memory index (no state read): (kept, tokens, whole bytes)."""
         try:
             with self._lock:
                 self._sync()
                 hit = self._m.trie.best(tuple(prompt), better_than)
                 item = self._m.items[hit[0]] if hit is not None else None
         except STORE_ERRORS as e:
-            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
             return None
-        return (hit[1], item.tokens, item.nbytes) if hit is not None and item is not None else None
+        return (hit[1], item.tokens, item.whole_bytes) if hit is not None and item is not None else None
 
     def remove(self, tokens: Sequence[int]) -> bool:
         """Remove the entry for exactly these tokens; True if there was one."""
@@ -234,7 +249,7 @@ class DiskTier:
                 if found:
                     self._delete(d)
         except STORE_ERRORS as e:
-            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=_why(e))
+            log.error("disk_tier.write_failed", key=d, n_tokens=len(tokens), error=why(e))
             return False
         return found
 
@@ -281,7 +296,7 @@ class DiskTier:
         try:
             self._sync()
         except STORE_ERRORS as e:  # keep the last view
-            log.error("disk_tier.read_failed", directory=self.directory, error=_why(e))
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Txn]:
@@ -304,63 +319,87 @@ class DiskTier:
             self._seq = -1  # the in-memory index may hold what was rolled back: reload next time
             raise
         self._seq = txn.seq
-        self._n.publish(len(self._m), self._m.total)
+        self._n.publish(len(self._m), self._m.total, self._m.logical, len(self._m.blocks))
 
     def _reload(self) -> None:
-        """Lock and transaction held. Rebuild the mirror from the directory, three range queries; remove
-        unusable entries and rows that belong to no entry (a crash of an older version)."""
+        """Lock and transaction held. Rebuild the mirror from the directory, a few range queries; remove
+        unusable entries, rows that belong to no entry (a crash of an older version), blocks no entry
+        lists (orphans) and entries whose blocks are gone."""
         known = self._m.clear()
         usage = dict(self._store.scan(USE))
+        mans = dict(self._store.scan(MAN))
         for key, raw in self._store.scan(IDX):
             d = key[len(IDX) :]
             u = usage.get(USE + d)
-            item = known.get(d) or self._item(d, raw)
+            man = mans.get(MAN + d)
+            old = known.get(d)
+            item = old if old is not None and man is None and not old.keys else self._item(d, raw, man)
             if item is not None and isinstance(u, BaseException):
-                self._reject(d, *_rejection(u))
+                self._reject(d, *rejection(u))
             elif item is not None:
                 self._m.add(d, item, u)
-        for prefix, rows in ((USE, usage.items()), (REC, self._store.scan(REC, values=False))):
+        for prefix, rows in ((USE, usage.items()), (MAN, mans.items()), (REC, self._store.scan(REC, values=False))):
             for key, _ in rows:
                 if key[len(prefix) :] not in self._m:
                     self._store.delete(key)
+        present, orphans = collect_blocks(self._store, self._m.blocks)
+        if orphans:
+            log.warning("disk_tier.orphan_blocks_removed", count=orphans, directory=self.directory)
+        for k in [k for k in self._m.blocks if k not in present]:
+            self._bad_block(k, "missing", "no block record")
 
     def _refresh(self, d: str) -> None:
-        """Lock and transaction held. Bring one entry in line with its rows."""
+        """Lock and transaction held. Bring one entry in line with its rows (the blocks it no longer lists
+        were removed by the writer that changed it)."""
         try:
             raw = self._store.get(IDX + d)
             u = self._store.get(USE + d) if raw is not None else None
+            man = self._store.get(MAN + d) if raw is not None else None
         except (UnsafeRecord, OSError) as e:
-            self._reject(d, *_rejection(e))
+            self._reject(d, *rejection(e))
             return
-        item = None if raw is None else self._m.items.get(d) or self._item(d, raw)
+        old = self._m.items.get(d)
+        item = None
+        if raw is not None:
+            item = old if old is not None and man is None and not old.keys else self._item(d, raw, man)
         if item is None:
             self._m.drop(d)
         else:
             self._m.add(d, item, u)
 
-    def _item(self, d: str, raw: object) -> Item | None:
-        """Lock and transaction held. An index row as an item, or None (the entry rejected)."""
+    def _item(self, d: str, raw: object, man: object = None) -> Item | None:
+        """Lock and transaction held. An index row (and manifest) as an item, or None (the entry rejected)."""
         try:
-            return self._m.item(raw)
+            return self._m.item(raw, man)
         except (UnsafeRecord, OSError, StateFormatError) as e:
-            self._reject(d, *_rejection(e))
+            self._reject(d, *rejection(e))
             return None
 
     # -- row changes (callers hold self._lock and a transaction) ------------------------------------------
 
     def _delete(self, d: str) -> None:
-        """Remove an entry's three rows (and its file)."""
+        """Remove an entry's rows (and its file), and the blocks only it listed."""
         with self._write() as txn:
-            for prefix in (IDX, USE, REC):
+            for prefix in (IDX, USE, REC, MAN):
                 self._store.delete(prefix + d)
             txn.changed.add(d)
-            self._m.drop(d)
+            self._drop_blocks(self._m.drop(d))
+
+    def _drop_blocks(self, keys: list[bytes]) -> None:
+        for k in keys:
+            self._store.delete(BLK + k.hex())
+
+    def _bad_block(self, k: bytes, reason: str, detail: str) -> None:
+        """A block that cannot be used: every entry that lists it goes (logged), and with the last, the block."""
+        for d in self._m.users(k):
+            self._reject(d, reason, f"block {k.hex()}: {detail}")
+        self._store.delete(BLK + k.hex())
 
     def _evict_over_limit(self, keep: str | None) -> None:
         """Remove the least recently used entries (never `keep`) until the bytes fit."""
         if not self.limit_bytes:
             return
-        for d in self._m.usage.victims(self.limit_bytes, keep):
+        while self._m.total > self.limit_bytes and (d := self._m.usage.oldest(keep)) is not None:
             row = self._m.usage.get(d)
             self._delete(d)
             self._n.add(evictions=1)
@@ -375,28 +414,19 @@ class DiskTier:
     # -- state records ------------------------------------------------------------------------------------
 
     def _read_state(self, d: str, item: Item) -> memoryview | None:
-        """Read and check an entry's state record, without the lock; None (entry removed) if unusable."""
+        """Read and check an entry's state (and its blocks), without the lock; None if unusable: then, in
+        line with the directory, the entry (or every entry using a bad block) is removed if it is still there."""
         try:
-            handle: Any = self._store.get(REC + d, read=True)
-            why = ("missing", "no state record")
-        except (UnsafeRecord, MissingValueFile, OSError) as e:
-            handle, why = None, _rejection(e)
-        if handle is None:
+            payload, size = read_state(self._store, d, item, self._fp, self.settings)
+        except Unusable as e:
             with self._lock, self._write():
-                if d in self._m:  # in line with the directory: the index row is there
-                    self._reject(d, *why)
-            return None
-        f: Any = io.BytesIO(handle) if isinstance(handle, bytes) else handle  # a RecordFile
-        try:
-            with f:
-                size = len(handle) if isinstance(handle, bytes) else os.fstat(f.fileno()).st_size
-                rec = decode(f, size, kind=KIND_STATE, fingerprint=self._fp, settings=self.settings, tokens=item.tokens)
-        except (StateFormatError, OSError) as e:
-            with self._lock, self._write():
-                self._reject(d, *_rejection(e))
+                if e.block is not None and e.block in self._m.blocks:
+                    self._bad_block(e.block, e.reason, e.detail)
+                elif e.block is None and self._m.items.get(d) is item:  # in line with the directory: still
+                    self._reject(d, e.reason, e.detail)  # the entry we read (not one written since)
             return None
         self._n.add(hits=1, read=size)
-        return rec.payload
+        return payload
 
     def _touch(self, d: str) -> None:
         """Mark an entry used now (least-recently-used order), if it is still there."""

@@ -59,6 +59,23 @@ class UsageBook:
         if old is not None:
             self.total -= old[1]
 
+    def oldest(self, keep: str | None) -> str | None:
+        """The least recently used digest other than `keep` (None if there is none); not removed."""
+        heap, held, found = self._heap, None, None
+        while heap:
+            stamp, d = heap[0]
+            row = self._rows.get(d)
+            if row is None or row[0] != stamp:
+                heapq.heappop(heap)  # stale
+            elif d == keep:
+                held = heapq.heappop(heap)  # look past it, then put it back
+            else:
+                found = d
+                break
+        if held is not None:
+            heapq.heappush(heap, held)
+        return found
+
     def victims(self, limit: int, keep: str | None) -> list[str]:
         """The least recently used digests (never `keep`) to remove so that the total fits `limit`.
 

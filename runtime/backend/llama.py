@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from caches.disk.stats import DiskTierStats
-from caches.disk.tier import DiskTier
+from caches.disk.tier import DiskBlocks, DiskTier
+from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
@@ -55,6 +56,10 @@ class LlamaBackend:
                         fingerprint=engine.fingerprint,
                         settings=engine.settings_key,
                         limit_bytes=config.disk_limit_bytes,
+                        # shared blocks on disk too: part 1 of `SlotState.parts()` is the sequence state
+                        blocks=None
+                        if config.shared_blocks is None
+                        else DiskBlocks(memory_of(str(engine.kind), engine.n_swa), config.shared_blocks, part=1),
                     )
                 except DiskTierUnavailable as e:
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)

@@ -245,6 +245,16 @@ class Slot:
                     raise _Cancelled from None
                 raise
             self.tokens.extend(batch)
+        if do_ckpt_model and self.cache_rules == "turnstile":
+            self._checkpoint_at_end(req, n_prompt)
+
+    def _checkpoint_at_end(self, req: SlotRequest, n_prompt: int) -> None:
+        """Turnstile's rules add one checkpoint to llama-server's: the whole prompt, the end of the generation
+        prompt. A template that drops the previous reply's reasoning (Qwen3 and its kind) makes the next prompt
+        diverge right there, so the next turn prefills the previous answer and the new message, not 4 more."""
+        pos_min, pos_max = self.engine.pos_min(), self.engine.pos_max()
+        if pos_min >= 0 and not (self.checkpoints and self.checkpoints[-1].n_tokens == n_prompt):
+            self._add_checkpoint(req, n_prompt, pos_min, pos_max)
 
     def _maybe_checkpoint(
         self, req: SlotRequest, start: int, end: int, n_prompt: int, is_user_start: bool, is_last_user: bool
@@ -260,22 +270,25 @@ class Slot:
             is_last_user or near_end or start > self.checkpoints[-1].n_tokens + self.checkpoint_min_step
         ):
             return
+        self._add_checkpoint(req, start, pos_min, pos_max)
+
+    def _add_checkpoint(self, req: SlotRequest, n_tokens: int, pos_min: int, pos_max: int) -> None:
         kept = make_room(
             self.checkpoints,
-            start,
+            n_tokens,
             req.request_id,
             max_checkpoints=self.max_checkpoints,
             min_step=self.checkpoint_min_step,
         )
         cp = Checkpoint(
-            n_tokens=start,
+            n_tokens=n_tokens,
             pos_min=pos_min,
             pos_max=pos_max,
-            data=eng.state_get(partial=True),
+            data=self.engine.state_get(partial=True),
             request_id=req.request_id,
         )
         self.checkpoints = [*kept, cp]
-        log.debug("checkpoint.create", n_tokens=start, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+        log.debug("checkpoint.create", n_tokens=n_tokens, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
 
     def _after_abort(self, batch: Sequence[int], start: int) -> None:
         """Make `tokens` equal to memory again after an aborted or failed decode."""

@@ -321,8 +321,9 @@ def write_mamba(path: Path, *, n_ctx: int = 4096, seed: int = 2) -> Path:
     return _write(path, "mamba", body, n_layer=n_layer, n_ctx=n_ctx, seed=seed)
 
 
-def write_jamba(path: Path, *, n_ctx: int = 4096, seed: int = 3) -> Path:
-    """A 2-layer Jamba (hybrid): layer 0 Mamba, layer 1 attention (per-layer head_count_kv, 0 = Mamba)."""
+def write_jamba(path: Path, *, n_ctx: int = 4096, seed: int = 3, vocab: Vocab | None = None) -> Path:
+    """A 2-layer Jamba (hybrid): layer 0 Mamba, layer 1 attention (per-layer head_count_kv, 0 = Mamba);
+    `vocab` None: `chatml_vocab()`."""
     n_layer, n_head, n_ff = 2, 4, 128
     d_inner, d_conv, d_state, dt_rank = 2 * N_EMBD, 4, 16, 4
     kv_heads = [0, 2]
@@ -340,7 +341,7 @@ def write_jamba(path: Path, *, n_ctx: int = 4096, seed: int = 3) -> Path:
                 _attention(t, i, n_head, kv_heads[i], N_EMBD // n_head)
             _ffn(t, i, n_ff)
 
-    return _write(path, "jamba", body, n_layer=n_layer, n_ctx=n_ctx, seed=seed)
+    return _write(path, "jamba", body, n_layer=n_layer, n_ctx=n_ctx, seed=seed, vocab=vocab)
 
 
 def write_gemma3(path: Path, *, n_ctx: int = 4096, n_swa: int = 16, seed: int = 4) -> Path:

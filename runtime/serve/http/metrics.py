@@ -96,6 +96,21 @@ def render(state: ServeState) -> str:
         entries.append(({"tier": "disk"}, disk.entries))
     out.metric("state_bytes", "gauge", "bytes of cached states by tier", tiers)
     out.metric("state_entries", "gauge", "cached states by tier", entries)
+    storage = st.storage
+    out.metric(
+        "state_logical_bytes",
+        "gauge",
+        "bytes whole copies of the cached states would take, by tier",
+        (({"tier": t}, b.logical) for t, b in storage.items()),
+    )
+    out.metric(
+        "state_stored_bytes",
+        "gauge",
+        "bytes the tier holds for its cached states (each shared block once), by tier",
+        (({"tier": t}, b.stored) for t, b in storage.items()),
+    )
+    if disk is not None:
+        out.metric("state_blocks", "gauge", "shared KV blocks held, by tier", [({"tier": "disk"}, disk.blocks)])
     drafts: list[tuple[Labels, int]] = [
         ({"kind": "drafted"}, slot.draft_n),
         ({"kind": "accepted"}, slot.draft_n_accepted),
