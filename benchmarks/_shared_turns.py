@@ -125,8 +125,11 @@ def _play(
     return row
 
 
-def run_turns(args: Any, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """Every system `args.rounds` times, alternated: (per-run rows, summary rows, params)."""
+def run_turns(
+    args: Any, settings: Settings, on_run: Callable[[list[dict[str, Any]]], None] = lambda runs: None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """Every system `args.rounds` times, alternated: (per-run rows, summary rows, params); `on_run` gets the
+    rows so far after each run (a long run killed midway keeps what it measured)."""
     names = [n for n in args.systems.split(",") if n]
     if any(n not in SYSTEMS for n in names) or ("server" in names and not args.llama_server):
         raise SystemExit(f"--systems: from {', '.join(SYSTEMS)} ('server' needs --llama-server)")
@@ -158,6 +161,7 @@ def run_turns(args: Any, settings: Settings) -> tuple[list[dict[str, Any]], list
             if reference is None and name.startswith("turnstile"):
                 reference = {(int(k.split(",")[0]), int(k.split(",")[1])): v for k, v in row["replies"].items()}
             runs.append({"round": r + 1, **row})
+            on_run(runs)
     summary: list[dict[str, Any]] = []
     by = {n: [x for x in runs if x["system"] == n] for n in names}
     base = by.get("server")

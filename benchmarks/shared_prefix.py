@@ -36,6 +36,7 @@ alternated `--rounds` (2) times (`benchmarks._shared_turns`).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -294,7 +295,13 @@ def main(argv: list[str]) -> None:
         if args.systems is None:
             args.systems = "turnstile,turnstile-disk" + (",server" if args.llama_server else "")
         settings = Settings(model=model, n_ctx=args.n_ctx, threads=args.threads, max_tokens=args.max_tokens)
-        runs, summary, more = _shared_turns.run_turns(args, settings)
+        partial = _cli.out_path(args.out, "shared-prefix-turns-partial")
+
+        def keep(runs: list[dict[str, Any]]) -> None:  # what is measured so far, if the run is cut short
+            if partial is not None:
+                partial.write_text(json.dumps({"params": params, "rows": runs}, indent=1))
+
+        runs, summary, more = _shared_turns.run_turns(args, settings, keep)
         more = {**params, **more, "llama_server": args.llama_server}
         _cli.write("shared-prefix-turns", runs, params=more, out=args.out, columns=_shared_turns.RUN_COLUMNS)
         cols = _shared_turns.SUMMARY_COLUMNS
