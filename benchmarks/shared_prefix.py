@@ -299,6 +299,7 @@ def main(argv: list[str]) -> None:
 
         def keep(runs: list[dict[str, Any]]) -> None:  # what is measured so far, if the run is cut short
             if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
                 partial.write_text(json.dumps({"params": params, "rows": runs}, indent=1))
 
         runs, summary, more = _shared_turns.run_turns(args, settings, keep)
