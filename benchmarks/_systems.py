@@ -45,7 +45,9 @@ class TurnstileSystem:
         data_dir: str | os.PathLike[str] | None = None,
         cache_ram_mib: int | None = None,
         policy: str = "fifo",
+        options: dict[str, Any] | None = None,
     ) -> None:
+        """`options`: more `Runtime.open` keywords (shared_blocks, cache_rules, ...)."""
         from anyio.from_thread import start_blocking_portal
 
         from runtime import Runtime
@@ -71,6 +73,7 @@ class TurnstileSystem:
                         flash_attn=True,
                         cache_ram_mib=cache_ram_mib,
                         policy=policy,
+                        **(options or {}),
                     )
                 )
             )
@@ -82,6 +85,12 @@ class TurnstileSystem:
     def remember(self, states: dict[int, list[int]]) -> None:
         """Carry the conversations' token lists over from an earlier runtime (a restart)."""
         self._states.update(states)
+
+    def fork(self, conv: int, new: int) -> None:
+        """Fork conversation `conv` into `new` (its session and its token list)."""
+        self._portal.call(self.rt.fork, f"conv-{conv}", f"conv-{new}")
+        self._sessions.add(new)
+        self._states[new] = list(self._states.get(conv, []))
 
     @property
     def states(self) -> dict[int, list[int]]:

@@ -23,13 +23,20 @@ new` cuts every block, `put, all held` a second state of the same tokens (only h
 block); memcpy into mapped memory is the yardstick (the issue's goal: >= 2 GB/s). `--state-file F` keeps
 the 6,000-token prefill in F (the prefill is the slow part on a busy machine).
 
+Served (`shared-prefix-turns.json` and `shared-prefix-turns-summary.json`, part `turns`): the same agents
+and forks as chat turns through turnstile's Runtime (shared blocks, its lookup rule; with and without a
+disk tier) and llama-server `-np 1 --cache-ram` at one RAM limit holding `--ram-states` (3) whole states,
+alternated `--rounds` (2) times (`benchmarks._shared_turns`).
+
     python -m benchmarks shared-prefix [--agents 16] [--turns 6] [--prefix 1500] [--forks 4]
         [--blocks 16,32,64,128,256] [--assembly-tokens 6000] [--threads 2] [--state-file F]
+        [--parts storage,assembly,turns] [--llama-server BIN] [--rounds 2] [--ram-states 3] [--max-tokens 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -38,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import _cli
+from benchmarks import _cli, _shared_turns
+from benchmarks._workload import Settings
 from caches import kvstate
 from caches.blocks import BlockStore, StoredState
 from runtime.config import EngineConfig
@@ -243,14 +251,24 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--state-file", default=None, help="keep the assembly prefill here and reuse it")
-    ap.add_argument("--skip-storage", action="store_true", help="only the assembly part")
+    ap.add_argument("--skip-storage", action="store_true", help="leave out the storage part")
+    ap.add_argument("--parts", default="storage,assembly,turns", help="which parts, comma-separated")
+    ap.add_argument("--llama-server", default=None, metavar="BIN", help="a llama-server binary (part turns)")
+    ap.add_argument("--systems", default=None, help=f"part turns: from {', '.join(_shared_turns.SYSTEMS)}")
+    ap.add_argument("--rounds", type=int, default=2, help="part turns: runs of each system, alternated")
+    ap.add_argument("--ram-states", type=int, default=3, help="part turns: whole final states the RAM limit holds")
+    ap.add_argument("--max-tokens", type=int, default=32, help="part turns: tokens generated per turn at most")
+    ap.add_argument("--block-cells", type=int, default=64, help="part turns: turnstile's shared_blocks")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write the JSON")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.blocks.split(",") if x]
     longest = args.prefix + args.turns * args.turn_tokens + args.turn_tokens
     if not sizes or min(sizes) < 1 or args.agents < 1 or args.turns < 1 or longest >= args.n_ctx:
         ap.error("--blocks must be positive, --agents and --turns at least 1, the longest history under --n-ctx")
-    if args.assembly_tokens >= args.n_ctx or args.repeat < 1:
+    parts = set(args.parts.split(","))
+    if parts - {"storage", "assembly", "turns"} or args.rounds < 1 or args.ram_states < 1:
+        ap.error("--parts: from storage, assembly, turns; --rounds and --ram-states at least 1")
+    if "assembly" in parts and (args.assembly_tokens >= args.n_ctx or args.repeat < 1):
         ap.error("--assembly-tokens must be under --n-ctx and --repeat at least 1")
     model = Path(args.model) if args.model else default_model_path()
     cfg = EngineConfig(n_ctx=args.n_ctx, n_threads=args.threads)
@@ -264,10 +282,28 @@ def main(argv: list[str]) -> None:
         "threads": args.threads,
         "command": "python -m benchmarks shared-prefix " + " ".join(argv),
     }
-    with Engine(model, cfg) as eng:
-        if not args.skip_storage:
-            _cli.write("shared-prefix", storage(args, eng, sizes), params=params, out=args.out, columns=COLUMNS)
-        if args.assembly_tokens:
-            rows = assembly(args, eng, sizes)
-            params = {**params, "assembly_tokens": args.assembly_tokens, "repeat": args.repeat}
-            _cli.write("shared-prefix-assembly", rows, params=params, out=args.out, columns=SPEED_COLUMNS)
+    if parts & {"storage", "assembly"}:
+        with Engine(model, cfg) as eng:
+            if "storage" in parts and not args.skip_storage:
+                _cli.write("shared-prefix", storage(args, eng, sizes), params=params, out=args.out, columns=COLUMNS)
+            if "assembly" in parts and args.assembly_tokens:
+                rows = assembly(args, eng, sizes)
+                more = {**params, "assembly_tokens": args.assembly_tokens, "repeat": args.repeat}
+                _cli.write("shared-prefix-assembly", rows, params=more, out=args.out, columns=SPEED_COLUMNS)
+    if "turns" in parts:
+        _cli.check_binary(ap, args.llama_server)
+        if args.systems is None:
+            args.systems = "turnstile,turnstile-disk" + (",server" if args.llama_server else "")
+        settings = Settings(model=model, n_ctx=args.n_ctx, threads=args.threads, max_tokens=args.max_tokens)
+        partial = _cli.out_path(args.out, "shared-prefix-turns-partial")
+
+        def keep(runs: list[dict[str, Any]]) -> None:  # what is measured so far, if the run is cut short
+            if partial is not None:
+                partial.parent.mkdir(parents=True, exist_ok=True)
+                partial.write_text(json.dumps({"params": params, "rows": runs}, indent=1))
+
+        runs, summary, more = _shared_turns.run_turns(args, settings, keep)
+        more = {**params, **more, "llama_server": args.llama_server}
+        _cli.write("shared-prefix-turns", runs, params=more, out=args.out, columns=_shared_turns.RUN_COLUMNS)
+        cols = _shared_turns.SUMMARY_COLUMNS
+        _cli.write("shared-prefix-turns-summary", summary, params=more, out=args.out, columns=cols)

@@ -284,10 +284,11 @@ class PromptCache(Generic[S]):
             value = state()
         except MemoryError:
             # alloc's bad_alloc: shrink the byte limit to 40 % of what is held, then update.
-            self.limit_bytes = max(1, int(0.4 * self.nbytes))
+            held = self.nbytes if self._held is None else self._held(self._entries)
+            self.limit_bytes = max(1, int(0.4 * held))
             log.error("prompt_cache.alloc_failed", limit_bytes=self.limit_bytes)
             self._skipped += 1
-            self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+            self.update_limits()
             return False
         self._entries.append(Entry(tuple(slot), nbytes, value))
         if self._held is not None:
@@ -318,13 +319,31 @@ class PromptCache(Generic[S]):
         log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept=lcp(entry.tokens, prompt))
         return list(entry.tokens), entry.state
 
+    def take(self, entry: Entry[S], *, keep: bool) -> bool:
+        """Count a load of `entry` (chosen by the caller's own rule); remove it unless `keep`. False: it is
+        no longer held (evicted or replaced meanwhile)."""
+        i = next((i for i, e in enumerate(self._entries) if e is entry), None)
+        if i is None:
+            return False
+        if not keep:
+            del self._entries[i]
+            self.version += 1
+        self._hits += 1
+        log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept_entry=keep)
+        return True
+
     def update(self) -> list[Entry[S]]:
         """Evict over the limits; return every entry evicted since the last update/drain, oldest first."""
+        self.update_limits()
+        return self.drain_evicted()
+
+    def update_limits(self) -> None:
+        """Evict the oldest over the limits: whole sizes (llama-server's rule), or with `held` the bytes the
+        entries hold together (a block no remaining entry uses is freed with the last entry that did)."""
         if self._held is None:
             self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
         else:
             self._evict_oldest(self._held_evictions(self.limit_tokens))
-        return self.drain_evicted()
 
     def drain_evicted(self) -> list[Entry[S]]:
         """Return and forget the entries evicted (by `save` or `update`) since the last update/drain."""

@@ -91,7 +91,12 @@ def test_shared_blocks_change_no_turn_and_hold_less(
     assert st.states == len(held)  # entries that left the cache left the store
     assert st.logical_bytes == sum(s.ref.size for s in held)
     assert st.blocks_shared > 0 and st.stored_bytes < st.logical_bytes
-    assert (st.whole_states, st.diverged) == (0, 0)  # every state cut; shared blocks were byte-identical
+    assert st.whole_states == 0  # every state cut
+    if rules == "llama-server" or arch == "llama":
+        assert st.diverged == 0  # shared blocks were byte-identical
+    # (turnstile's rule also saves a slot a checkpoint model rolled back: the cells between the checkpoint and
+    # the common prefix were evaluated again, in another batch, and may differ in the last bits; the block
+    # first stored serves them, as `caches.blocks` says, and the turns above are still the same)
     cps = sum(c.nbytes for s in held for c in s.checkpoints)
     a, b = whole.stats(), shared_slot.stats()
     assert a.ram_held_bytes == a.ram_bytes == b.ram_bytes
@@ -126,9 +131,11 @@ def test_shared_states_spill_to_disk_whole_and_come_back(
 def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
     arch: str, tiny_models: dict[str, Path], make_engine: Callable[..., Engine]
 ) -> None:
-    """Three conversations, a RAM limit of about two whole states: with shared blocks it holds more of them
-    (never more bytes than the limit), so more turns come from RAM and fewer tokens are prefilled."""
+    """Four conversations, a RAM limit of about two whole states: with shared blocks it holds more of them
+    (never more bytes than the limit), so more turns come from RAM and fewer tokens are prefilled. (Under
+    the lookup rule the slot and the entry being loaded hold two more: three conversations would all fit.)"""
     limit = 360_000  # jamba: its states hold a checkpoint at the end of each prompt too (turnstile rules)
+    n_agents = 4
     runs, slots = [], []
     for shared in (None, 8):
         eng = make_engine(tiny_models[arch], CFG)
@@ -138,7 +145,7 @@ def test_under_turnstile_rules_the_limit_counts_shared_blocks_once(
         def record(slot: Slot = slot, held: list[int] = held) -> None:
             held.append(slot.stats().ram_held_bytes)
 
-        runs.append(_play(eng, slot, 3, 4, after=record))
+        runs.append(_play(eng, slot, n_agents, 4, after=record))
         slots.append(slot)
         assert max(held) <= limit
     whole, shared_slot = slots

@@ -228,6 +228,18 @@ class DiskTier:
         self._n.add(misses=1)
         return None
 
+    def peek(self, prompt: Sequence[int], *, better_than: int = 0) -> tuple[int, tuple[int, ...], int] | None:
+        """What `find` would read first, from the in-memory index (no state read): (kept, tokens, whole bytes)."""
+        try:
+            with self._lock:
+                self._sync()
+                hit = self._m.trie.best(tuple(prompt), better_than)
+                item = self._m.items[hit[0]] if hit is not None else None
+        except STORE_ERRORS as e:
+            log.error("disk_tier.read_failed", directory=self.directory, error=why(e))
+            return None
+        return (hit[1], item.tokens, item.whole_bytes) if hit is not None and item is not None else None
+
     def remove(self, tokens: Sequence[int]) -> bool:
         """Remove the entry for exactly these tokens; True if there was one."""
         d = self._digest(tokens_to_bytes(tokens))

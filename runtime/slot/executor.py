@@ -28,6 +28,7 @@ from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.decode import budget_for, generate, preserved_tokens
+from runtime.slot.lookup import TurnstileLookup, usable
 from runtime.slot.ngram import Drafter, NgramIndex
 from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
 from runtime.slot.state import (
@@ -102,10 +103,17 @@ class Slot:
         ram: PromptCache[AnyState] | None = (
             PromptCache(cache_ram_bytes, engine.n_ctx, held=held) if cache_ram_bytes is not None else None
         )
-        self.cache = TieredCache(
-            ram, disk, StateCodec(self.blocks), similarity=similarity, retain_partial=cache_rules == "turnstile"
-        )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
+        # "turnstile": every turn takes the longest state any tier holds when it is worth its load (lookup.py)
+        self.lookup = TurnstileLookup(can_truncate=not self.max_checkpoints) if cache_rules == "turnstile" else None
+        self.cache = TieredCache(
+            ram,
+            disk,
+            StateCodec(self.blocks),
+            similarity=similarity,
+            retain_partial=cache_rules == "turnstile",
+            lookup=self.lookup,
+        )
         self.checkpoint_min_step = checkpoint_min_step
         self.tokens: list[int] = []
         self.checkpoints: list[Checkpoint] = []
@@ -304,7 +312,9 @@ class Slot:
     def _run(self, req: SlotRequest, prompt: list[int], max_tokens: int | None) -> SlotResult:
         eng = self.engine
         t0 = time.perf_counter()
-        swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load)
+        n_lcp = lcp(self.tokens, prompt)
+        kept = usable(n_lcp, len(self.tokens), self.checkpoints, not self.max_checkpoints) if self.lookup else None
+        swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load, slot_kept=kept)
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
         n_past, from_ckpt = self._reuse_prefix(prompt)
