@@ -207,7 +207,7 @@ class CassetteBackend:
         self.counters.misses += 1
         if ctx.mode == "replay":
             session = req.session_id.removeprefix(ctx.prefix)
-            raise RecordingNotFound(ctx.nodeid, session, ctx.cassette.nearest(text, request))
+            raise RecordingNotFound(ctx.nodeid, session, ctx.cassette.nearest(text, request, ctx.nodeid, session))
         result = self._model_run(req, args, kw, real)
         if result.finish_reason != "cancelled":
             inner: Any = self.inner
@@ -217,9 +217,7 @@ class CassetteBackend:
             reply = {
                 "text": result.text,
                 "finish_reason": result.finish_reason,
-                "prompt_tokens": result.prompt_tokens,
-                "cached_tokens": result.cached_tokens,
-                "prefilled_tokens": result.prefilled_tokens,
+                "prompt_tokens": result.prompt_tokens,  # cached / prefilled depend on the cache: not kept
                 "generated_tokens": result.generated_tokens,
             }
             entry = {"test": ctx.nodeid, "session": session, "prompt": text, "request": request, "reply": reply}
@@ -318,7 +316,8 @@ def _request(req: SlotRequest) -> dict[str, Any]:
 
 
 def _replayed(reply: Mapping[str, Any], req: SlotRequest) -> SlotResult:
-    """A recorded reply as a slot result, streamed a word at a time; a cancelled caller stops it."""
+    """A recorded reply as a slot result, streamed a word at a time; a cancelled caller stops it. Nothing is
+    computed, so its usage shows the whole prompt as cached and nothing prefilled."""
     text, finish = "", str(reply.get("finish_reason", "stop"))
     for piece in _PIECES.findall(str(reply.get("text", ""))):
         if req.cancel():
@@ -333,8 +332,8 @@ def _replayed(reply: Mapping[str, Any], req: SlotRequest) -> SlotResult:
         finish_reason=finish,  # type: ignore[arg-type]
         tokens=[0] * int(reply.get("generated_tokens", 0)),
         prompt_tokens=prompt,
-        cached_tokens=int(reply.get("cached_tokens", 0)),
-        prefilled_tokens=int(reply.get("prefilled_tokens", prompt)),
+        cached_tokens=prompt,  # nothing was computed: the whole prompt counts as cached
+        prefilled_tokens=0,
         cache_source="none",
         bytes_saved=0,
         bytes_restored=0,

@@ -65,9 +65,12 @@ class Cassette:
         return cls(path, models, entries, existed=True)
 
     def model_for(self, name: str) -> str | None:
-        """The fingerprint recorded for a model file name (the newest-named match), or None."""
+        """The fingerprint recorded for a model file name, else the only model recorded, else None (replay
+        without the model file: its recordings are found by its name, or by being the only ones)."""
         found = [fp for fp, m in sorted(self.models.items()) if Path(str(m.get("model", ""))).name == name]
-        return found[0] if found else None
+        if found:
+            return found[0]
+        return next(iter(self.models)) if len(self.models) == 1 else None
 
     def record(self, key: str, entry: dict[str, Any]) -> None:
         self.entries[key] = entry
@@ -100,11 +103,17 @@ class Cassette:
             lock.unlink()
         self.dirty = False
 
-    def nearest(self, prompt: str, request: dict[str, Any]) -> str:
-        """Where `prompt` differs from the nearest recorded prompt: the first differing line, with context."""
+    def nearest(self, prompt: str, request: dict[str, Any], test: str = "", session: str = "") -> str:
+        """Where `prompt` differs from the nearest recorded prompt (the same test's and session's first, then
+        the longest common prefix): the first differing line, with context."""
         if not self.entries:
             return f"the cassette {self.path} holds no recordings (record them with --turnstile-record-mode once)"
-        best = max(self.entries.values(), key=lambda e: (_common(e.get("prompt", ""), prompt), e.get("test", "")))
+
+        def rank(e: dict[str, Any]) -> tuple[bool, bool, int, str]:
+            same = e.get("test") == test
+            return same, same and e.get("session") == session, _common(str(e.get("prompt", "")), prompt), e["key"]
+
+        best = max(({**e, "key": k} for k, e in self.entries.items()), key=rank)
         recorded = str(best.get("prompt", ""))
         if recorded == prompt:
             return (

@@ -122,6 +122,28 @@ class Host:
                 self._portal_cm = self._portal = None
 
 
+class _Handle:
+    """Cancels one portal task from another thread (a started task's future cannot be cancelled)."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+        self.cancelled = False
+
+    async def run(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        with anyio.CancelScope() as scope:
+            self.scope = scope
+            if self.cancelled:
+                scope.cancel()
+            return await fn()
+        return None  # cancelled: nobody waits for the result
+
+    async def cancel(self) -> None:
+        """On the portal's loop (calls are run in order, so this comes before the caller's next call)."""
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
 class Client:
     """The Runtime's API for one test, awaited on the test's own event loop (module docstring).
 
@@ -141,11 +163,13 @@ class Client:
     # --- bridging ------------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T:
-        future = self._portal.start_task_soon(functools.partial(fn, *args, **kw))
+        handle = _Handle()
+        future = self._portal.start_task_soon(handle.run, functools.partial(fn, *args, **kw))
         try:
-            return await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+            result: T = await anyio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+            return result
         except anyio.get_cancelled_exc_class():
-            future.cancel()  # cancels the portal task: the Runtime withdraws the request
+            self._portal.start_task_soon(handle.cancel)  # the Runtime withdraws the request
             raise
 
     async def _stream(self, make: Callable[[], AsyncIterator[str | Reply]]) -> AsyncIterator[str | Reply]:
@@ -160,7 +184,8 @@ class Client:
                 raise
             items.put((1, None))
 
-        future = self._portal.start_task_soon(pump)
+        handle = _Handle()
+        future = self._portal.start_task_soon(handle.run, pump)
         try:
             while True:
                 kind, item = await anyio.to_thread.run_sync(items.get, abandon_on_cancel=True)
@@ -171,7 +196,7 @@ class Client:
                 yield self._reply(item) if isinstance(item, Reply) else item
         finally:
             if not future.done():
-                future.cancel()
+                self._portal.start_task_soon(handle.cancel)
 
     def sid(self, session_id: str) -> str:
         """The id the Runtime stores this test's session under."""
