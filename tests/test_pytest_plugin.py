@@ -6,6 +6,7 @@ model file, a changed prompt failing exactly its test; pytest-xdist workers shar
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -132,3 +133,58 @@ def test_scripted_fixture_needs_no_model(pytester: pytest.Pytester) -> None:
     n = summary(result.outlines)
     assert (n["loads"], n["turns"]) == (0, 0)
     assert not (pytester.path / ".pytest_cache").exists()
+
+
+PLAIN = """
+import sys
+
+
+def test_light():
+    assert "llama_cpp" not in sys.modules
+    assert "runtime.api" not in sys.modules
+
+
+def test_fixture_user(turnstile):
+    pass
+"""
+
+
+def _with_entry_point(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Register the plugin as the installed package does (a `pytest11` entry point named `turnstile`), through a
+    dist-info on the subprocess's path, so these tests hold with or without the package reinstalled."""
+    dist = tmp_path / "site" / "turnstile_plugin_probe-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: turnstile-plugin-probe\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[pytest11]\nturnstile = runtime.testing.pytest_plugin\n")
+    path = [str(tmp_path / "site"), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in path if p))
+
+
+def test_the_plugin_is_inert_in_a_run_that_does_not_use_it(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _with_entry_point(monkeypatch, tmp_path)
+    pytester.makepyfile(test_plain=PLAIN)
+    result = pytester.runpytest_subprocess("-k", "light", "--trace-config")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert any("turnstile" in line and "pytest_plugin" in line for line in result.outlines)  # it is loaded
+    assert not any(line.startswith("turnstile:") for line in result.outlines)  # and says nothing
+    assert (pytester.path / ".pytest_cache").is_dir()  # pytest's own cache, without a turnstile directory
+    assert not [p for p in pytester.path.rglob("*") if "turnstile" in p.name or p.name == "cassettes"]
+
+
+def test_no_turnstile_turns_it_off(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _with_entry_point(monkeypatch, tmp_path)
+    pytester.makepyfile(test_plain=PLAIN)
+    result = pytester.runpytest_subprocess("-p", "no:turnstile", "-p", "no:cacheprovider", "-k", "fixture_user")
+    result.assert_outcomes(errors=1, deselected=1)
+    assert "fixture 'turnstile' not found" in result.stdout.str()
+    assert "--turnstile-model" not in pytester.runpytest_subprocess("-p", "no:turnstile", "--help").stdout.str()
+    assert "--turnstile-model" in pytester.runpytest_subprocess("--help").stdout.str()
+
+
+def test_the_entry_point_marker_and_xdist_are_declared() -> None:
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert '[project.entry-points.pytest11]\nturnstile = "runtime.testing.pytest_plugin"\n' in text
+    assert '"pytest-xdist>=3.5",' in text
+    assert '"turnstile(record_mode=None, model=None, **runtime_options):' in text
