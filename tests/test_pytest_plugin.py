@@ -5,6 +5,7 @@ model file, a changed prompt failing exactly its test; pytest-xdist workers shar
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -14,7 +15,10 @@ import pytest
 
 from tests.pytest_plugin_suite import write_suite
 
-PLUGIN = ("-p", "runtime.testing.pytest_plugin", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
+# installed (the lead's editable install): pytest loads the entry point itself, and `-p` would register it twice
+INSTALLED = any(ep.name == "turnstile" for ep in importlib.metadata.entry_points(group="pytest11"))
+LOAD = () if INSTALLED else ("-p", "runtime.testing.pytest_plugin")
+PLUGIN = (*LOAD, "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning")
 SUMMARY = re.compile(
     r"turnstile: (\d+) turns, (\d+) prompt / (\d+) cached / (\d+) prefilled tokens, [\d.]+ model s, (\d+) model loads, "
     r"cassettes (\d+) hits / (\d+) misses / (\d+) recorded"
