@@ -94,6 +94,16 @@ def test_suite_records_caches_and_replays(pytester: pytest.Pytester, tiny_llama:
     assert "+ now:      'Question 1021: what is 1021 plus 1021?<|im_end|>'" in text
     assert cassettes(root) == recorded  # mode none records nothing
 
+    # 5. new_episodes: the model answers only the changed test's two turns; only its cassette changes
+    fifth = run(pytester, *model, "--turnstile-record-mode", "new_episodes")
+    fifth.assert_outcomes(passed=20)
+    n5 = summary(fifth.outlines)
+    assert (n5["recorded"], n5["hits"]) == (2, 34)
+    now = cassettes(root)
+    assert [name for name in now if now[name] != recorded[name]] == ["test_anyio_asyncio.json"]
+    entries = json.loads(now["test_anyio_asyncio.json"])["entries"]  # 9 kept, 2 new
+    assert len(entries) == 11 and sum("1021" in e["prompt"] for e in entries.values()) == 2
+
 
 def test_xdist_workers_share_the_cache(pytester: pytest.Pytester, tiny_llama: Path, tmp_path: Path) -> None:
     write_suite(pytester.path)
@@ -128,6 +138,44 @@ async def test_gate_holds_a_turn(turnstile_scripted, anyio_backend):
     session = await turnstile_scripted.get_session("a")
     assert [m.content for m in session.messages] == ["hi", "scripted answer"]
 """
+
+
+MARKED = """
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def test_default(turnstile):
+    assert (await turnstile.chat("a", "Hi", max_tokens=2)).finish_reason == "length"
+
+
+@pytest.mark.turnstile(n_ctx=512)
+async def test_small_context(turnstile):
+    assert turnstile.runtime.backend.n_ctx == 512
+    assert (await turnstile.chat("a", "Hi", max_tokens=2)).finish_reason == "length"
+
+
+@pytest.mark.turnstile(record_mode="sometimes")
+async def test_bad_mode(turnstile):
+    pass
+"""
+
+
+def test_marks_choose_settings_per_test(pytester: pytest.Pytester, tiny_llama: Path) -> None:
+    pytester.makepyfile(test_marked=MARKED)
+    result = run(pytester, "--turnstile-model", str(tiny_llama), "--turnstile-no-cache", "--turnstile-threads", "1")
+    result.assert_outcomes(passed=2, errors=1)
+    assert summary(result.outlines)["loads"] == 2  # another n_ctx: a Runtime of its own
+    assert "turnstile record mode must be one of ('none', 'once', 'new_episodes', 'all'), not 'sometimes'" in (
+        result.stdout.str()
+    )
+    assert not (pytester.path / ".pytest_cache").exists() and not (pytester.path / "cassettes").exists()
 
 
 def test_scripted_fixture_needs_no_model(pytester: pytest.Pytester) -> None:
