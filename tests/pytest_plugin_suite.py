@@ -1,8 +1,8 @@
 """A sample suite of 20 tests in 4 files that uses the `turnstile` fixture (for tests/test_pytest_plugin*.py):
 pytest-asyncio with function- and module-scoped loops, anyio's plugin on asyncio and on trio.
 
-Every test talks in a session named "s" (the same id in every test: namespaces keep them apart), checks that
-its session holds exactly its own messages and that it sees no other test's session, and writes its replies to
+Every test talks (chat, then stream) in a session named "s" (the same id in every test: namespaces keep them
+apart), checks that its session holds exactly its own messages and sees no other test's session, writes its replies to
 the file given by --replies (one line per reply, sorted by the caller) so two runs can be compared. One test
 per file cancels a call as it is made and checks its session is left without the turn.
 """
@@ -36,7 +36,9 @@ BODY = """
 
 async def _talk(turnstile, keep, n):
     first = await turnstile.chat("s", f"Question {n}: what is {n} plus {n}?", max_tokens=4)
-    second = await turnstile.chat("s", f"And {n} times {n}?", max_tokens=4)
+    pieces = [piece async for piece in turnstile.stream("s", f"And {n} times {n}?", max_tokens=4)]
+    second = pieces[-1]
+    assert second.session_id == "s" and "".join(pieces[:-1]) == second.text
     keep(first.text)
     keep(second.text)
     session = await turnstile.get_session("s")

@@ -43,7 +43,7 @@ _OPTIONS: tuple[tuple[str, str, str], ...] = (
     ("model", "a GGUF file (default: the default model, SmolLM2-135M-Instruct)", ""),
     ("ctx", "the context size of the test Runtime", "2048"),
     ("threads", "threads for llama.cpp (default: physical cores)", ""),
-    ("cache-dir", "where the disk tier lives across runs (default .pytest_cache/turnstile/<fingerprint>)", ""),
+    ("cache-dir", "the disk tier across runs, one directory per model in it (default .pytest_cache/turnstile)", ""),
     ("record-mode", "none | once | new_episodes | all (VCR.py's; default: replay if the cassette exists)", ""),
     ("cassette-dir", "where cassettes are (default: cassettes/ beside each test file)", ""),
 )

@@ -204,6 +204,8 @@ class CassetteBackend:
         if entry is not None:
             self.counters.hits += 1
             return _replayed(entry["reply"], req)
+        if ctx.mode == "replay" and req.cancel():  # its caller is gone: nothing to answer, nothing to report
+            return _replayed({"text": "", "finish_reason": "cancelled", "prompt_tokens": len(req.prompt)}, req)
         self.counters.misses += 1
         if ctx.mode == "replay":
             session = req.session_id.removeprefix(ctx.prefix)
