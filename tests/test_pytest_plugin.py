@@ -240,3 +240,50 @@ def test_the_entry_point_marker_and_xdist_are_declared() -> None:
     assert '[project.entry-points.pytest11]\nturnstile = "runtime.testing.pytest_plugin"\n' in text
     assert '"pytest-xdist>=3.5",' in text
     assert '"turnstile(record_mode=None, model=None, **runtime_options):' in text
+
+
+DEFAULT_MODEL = """
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+SYSTEM = "You are a terse assistant. You answer every question with a single plain word and nothing else. " * 3
+
+
+async def test_one(turnstile, keep):
+    await turnstile.create_session("a", system=SYSTEM)
+    keep((await turnstile.chat("a", "Name a colour.", max_tokens=2)).text)
+    keep((await turnstile.chat("a", "Another one.", max_tokens=2)).text)
+
+
+async def test_two(turnstile, keep):
+    await turnstile.create_session("a", system=SYSTEM)
+    keep((await turnstile.chat("a", "Name a fruit.", max_tokens=2)).text)
+"""
+
+
+@pytest.mark.slow
+def test_the_default_model_twice_over_the_cache(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """SmolLM2 (the default model, no --turnstile-model): loaded once a run; the second run's prompts come from
+    the disk tier in the default cache directory (.pytest_cache/turnstile/<fingerprint>), same replies."""
+    write_suite(pytester.path)
+    for name in ("test_asyncio_function.py", "test_asyncio_module.py", "test_anyio_asyncio.py", "test_anyio_trio.py"):
+        (pytester.path / name).unlink()
+    pytester.makepyfile(test_default_model=DEFAULT_MODEL)
+    runs = []
+    for k in range(2):
+        result = run(pytester, "--turnstile-threads", "2", "--replies", str(tmp_path / f"r{k}"))
+        result.assert_outcomes(passed=2)
+        runs.append(summary(result.outlines))
+    assert runs[0]["loads"] == runs[1]["loads"] == 1
+    assert runs[1]["prompt"] == runs[0]["prompt"]
+    assert runs[1]["prefilled"] <= 0.05 * runs[0]["prefilled"], runs  # one token a turn, for its logits
+    assert replies(tmp_path / "r1") == replies(tmp_path / "r0")
+    (states,) = (pytester.path / ".pytest_cache" / "turnstile").iterdir()
+    assert len(states.name) == 32 and (states / "states").is_dir()
