@@ -31,6 +31,7 @@ __all__ = [
     "DataCorrupt",
     "DiskTierUnavailable",
     "EngineError",
+    "InvalidCassette",
     "InvalidConfig",
     "InvalidGrammar",
     "InvalidHistoryOp",
@@ -48,6 +49,7 @@ __all__ = [
     "ModelLoadError",
     "NotFound",
     "QueueFull",
+    "RecordingNotFound",
     "ReplyMismatch",
     "RequestTimeout",
     "ResponseFormatError",
@@ -261,6 +263,17 @@ class StateNotHeld(NotFound):
     released)."""
 
 
+class RecordingNotFound(NotFound):
+    """Raised in replay (the pytest plugin's record mode `none`) when a test's request has no recording in its
+    cassette; the message names the test and the session and shows where the prompt differs from the nearest
+    recorded one."""
+
+    def __init__(self, test: str, session_id: str, detail: str) -> None:
+        super().__init__(f"no recording for {test} (session {_show(session_id)}): {detail}")
+        self.test = test
+        self.session_id = session_id
+
+
 class SessionExists(Conflict):
     """Raised when creating, forking or importing onto an id the store already holds."""
 
@@ -361,6 +374,10 @@ class SessionCorrupt(DataCorrupt):
 
 class UnsafeRecord(DataCorrupt):
     """Raised when a stored row would have to be unpickled to be read (or written); it never is."""
+
+
+class InvalidCassette(DataCorrupt):
+    """Raised when a pytest-plugin cassette file is not JSON of the format the plugin writes."""
 
 
 class MissingValueFile(DataCorrupt):

@@ -39,6 +39,7 @@ class ChatTemplate:
         add_eos: bool = False,
     ) -> None:
         self.sources: TemplateSources = choose_templates(override, template, tool_use, model=model)
+        self._inputs = {"template": template, "tool_use": tool_use, "override": override}
         self.source = self.sources.default
         self._eos, self._bos = eos, bos
         self._add_bos, self._add_eos = add_bos, add_eos
@@ -46,6 +47,12 @@ class ChatTemplate:
         self._model = model
         self._generation_prompt: str | None = None
         self._tool_format: ToolFormat | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What this template was made from (JSON-able): `ChatTemplate(**settings, tokenize=...)` renders the
+        same text without the model (the pytest plugin's replay keeps it in a cassette)."""
+        flags = {"add_bos": self._add_bos, "add_eos": self._add_eos}
+        return {**self._inputs, "eos": self._eos, "bos": self._bos, "model": self._model, **flags}
 
     def render_text(
         self,
