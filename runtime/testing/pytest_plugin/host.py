@@ -27,7 +27,7 @@ from runtime.api import Runtime
 from runtime.config import EngineConfig, RuntimeConfig
 from runtime.errors import SessionNotFound
 from runtime.llama.host import fingerprint_file
-from runtime.reply import Reply
+from runtime.reply import Reply, ToolCallDelta
 from runtime.testing.pytest_plugin.backend import CassetteBackend, Counters
 from sessions import MemoryStore, Session, history
 
@@ -172,7 +172,9 @@ class Client:
             self._portal.start_task_soon(handle.cancel)  # the Runtime withdraws the request
             raise
 
-    async def _stream(self, make: Callable[[], AsyncIterator[str | Reply]]) -> AsyncIterator[str | Reply]:
+    async def _stream(
+        self, make: Callable[[], AsyncIterator[str | ToolCallDelta | Reply]]
+    ) -> AsyncIterator[str | ToolCallDelta | Reply]:
         items: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
 
         async def pump() -> None:
@@ -219,7 +221,9 @@ class Client:
         opts = self._sampled(session_id, options)
         return self._reply(await self._call(self.runtime.chat, self.sid(session_id), message, **opts))
 
-    def stream(self, session_id: str, message: str | None = None, **options: Any) -> AsyncIterator[str | Reply]:
+    def stream(
+        self, session_id: str, message: str | None = None, **options: Any
+    ) -> AsyncIterator[str | ToolCallDelta | Reply]:
         opts = self._sampled(session_id, options)
         return self._stream(lambda: self.runtime.stream(self.sid(session_id), message, **opts))
 
@@ -243,7 +247,7 @@ class Client:
 
     def complete_stream(
         self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Any
-    ) -> AsyncIterator[str | Reply]:
+    ) -> AsyncIterator[str | ToolCallDelta | Reply]:
         sid = self.sid(session_id) if session_id is not None else None
         opts = self._sampled(session_id, options)
         return self._stream(lambda: self.runtime.complete_stream(messages, session_id=sid, **opts))
