@@ -172,8 +172,9 @@ class Cursor(Shapes):
 
     def xml_call(self) -> None:
         s = self.s
-        self.expect(s.call_open)
-        self.ws()
+        if not (s.bare_open and self.peek(s.bare_open)):
+            self.expect(s.call_open)
+            self.ws()
         self.expect(s.fn_open)
         if s.fn_name_end:
             name, _ = self.until(s.fn_name_end)

@@ -83,6 +83,9 @@ class ToolSyntax:
     # the generation prompt ends with `call_open`, so the output starts with a recipient: this one's message
     # is the content (Functionary v3.2's `all`), any other is a call
     content_recipient: str = ""
+    # a call may also start here without `call_open` (Qwen3-Coder's `<function=`, as llama-server accepts);
+    # the text before such a call keeps its trailing whitespace (no opener took it)
+    bare_open: str = ""
 
     def __post_init__(self) -> None:
         if not self.opener:
@@ -110,6 +113,7 @@ QWEN3_CODER = ToolSyntax(  # Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5
     ("<tool_call>", "<function=", "<parameter="),
     call_open="<tool_call>",
     call_close="</tool_call>",
+    bare_open="<function=",
     value_newlines=True,
     fn_open="<function=",
     fn_name_end=">",

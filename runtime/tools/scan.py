@@ -42,6 +42,16 @@ class Scanned:
 _RECIPIENT = re.compile(r"[A-Za-z0-9_.:-]+\n")
 
 
+def _next_opener(syntax: ToolSyntax, text: str, pos: int) -> int:
+    """Where the next calls part starts at or after `pos` (its opener, or a bare call), -1 if none."""
+    k = text.find(syntax.opener, pos)
+    if syntax.bare_open:
+        b = text.find(syntax.bare_open, pos)
+        if b >= 0 and (k < 0 or b < k):
+            return b
+    return k
+
+
 def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> Scanned:
     """Content and calls of `text` (see the module docstring); `final=False` for a prefix."""
     if syntax.content_recipient:  # the output starts after the opener: with a recipient
@@ -57,12 +67,14 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
     pieces: list[str] = []
     error: str | None = None
     pos = 0
+    bare_first = False  # the first call starts at `bare_open`: the content before it keeps its whitespace
     while True:
-        k = text.find(opener, pos)
+        k = _next_opener(syntax, text, pos)
         if k < 0:
             tail = text[pos:]
             if not final:
                 heads = (opener, *_HARMONY_HEADS) if syntax.shape == "harmony" else (opener,)
+                heads = (*heads, syntax.bare_open) if syntax.bare_open else heads
                 tail = tail[: len(tail) - held_back(tail, heads)]
                 if syntax.shape == "harmony":  # a channel header still being written may become a call's
                     at = max(tail.rfind(h) for h in _HARMONY_HEADS)
@@ -79,6 +91,8 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
         before = text[pos:k]
         pieces.append(_HARMONY_TAIL.sub("", before) if syntax.shape == "harmony" else before)
         cur.i = k
+        if not cur.calls and syntax.bare_open:
+            bare_first = text.startswith(syntax.bare_open, k)
         try:
             cur.block()
         except More:
@@ -94,13 +108,13 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
         if not final:
             content = content.rstrip(_WS)
         return Scanned(content)
-    content = pieces[0].rstrip(_WS) if pieces else ""
+    content = (pieces[0] if bare_first else pieces[0].rstrip(_WS)) if pieces else ""
     for piece in pieces[1:]:
         piece = piece.strip(_WS)
         if piece:
             content = f"{content}\n\n{piece}" if content else piece
     if not final:
-        content = content.rstrip(_WS)
+        content = content if bare_first and len(pieces) == 1 else content.rstrip(_WS)
         # a call being written whose name is not complete yet is not shown
         calls = [c for c in cur.calls if c.name]
         return Scanned(content, calls)
