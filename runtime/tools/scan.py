@@ -39,6 +39,45 @@ class Scanned:
     error: str | None = None
 
 
+# a harmony header that names a recipient: the text's start, the role or a channel, then `to=`
+_HEADER_TO = re.compile(r"(?:\A|<\|start\|>assistant|<\|channel\|>\w+)[ \t]*to=")
+_FUNCTIONS = "functions."
+
+
+def _drop_builtin(text: str, final: bool) -> str:
+    """gpt-oss `text` without its messages to a recipient that is not `functions.*` (a builtin such as
+    `container.exec` or `python`, never offered as a tool): llama-server returns them as nothing, neither
+    content nor call. In a prefix, a header whose recipient may still become `functions.` ends the text."""
+    out: list[str] = []
+    pos = 0
+    for m in _HEADER_TO.finditer(text):
+        if m.start() < pos:
+            continue
+        k = m.end()
+        j = k
+        while j < len(text) and text[j] not in " \t\n<":
+            j += 1
+        recipient = text[k:j]
+        if recipient.startswith(_FUNCTIONS):
+            continue
+        start = m.start() - len(_HARMONY_TAIL.search(text[: m.start()]).group(0))  # type: ignore[union-attr]
+        if j == len(text) and _FUNCTIONS.startswith(recipient):
+            if not final:
+                out.append(text[pos:start])
+                return "".join(out)
+            continue
+        out.append(text[pos:start])
+        body = text.find("<|message|>", j)
+        if body < 0:
+            return "".join(out)
+        ends = [(e, e + len(t)) for t in ("<|end|>", "<|call|>") if (e := text.find(t, body)) >= 0]
+        if not ends:
+            return "".join(out)
+        pos = min(ends)[1]
+    out.append(text[pos:])
+    return "".join(out)
+
+
 _RECIPIENT = re.compile(r"[A-Za-z0-9_.:-]+\n")
 
 
@@ -62,6 +101,8 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
             return Scanned("")
         elif _RECIPIENT.match(text) or (not final and re.fullmatch(r"[A-Za-z0-9_.:-]*", text)):
             text = syntax.call_open + text
+    if syntax.shape == "harmony":
+        text = _drop_builtin(text, final)
     cur = Cursor(syntax, text, tools, final)
     opener = syntax.opener
     pieces: list[str] = []
