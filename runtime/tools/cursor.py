@@ -211,17 +211,18 @@ class Cursor(Shapes):
                 self.expect(s.value_open)
             is_str = string_typed(tool, key)
             start = self.i
-            k = self.text.find(s.param_close, start)
+            closer = s.param_close + (key + s.param_name_end if s.param_close_named else "")
+            k = self.text.find(closer, start)
             if k < 0:
                 if is_str:  # stream the string as far as it is fixed
                     raw = self.text[start:]
-                    raw = raw[: len(raw) - held_back(raw, (s.param_close,))]
+                    raw = raw[: len(raw) - held_back(raw, (closer,))]
                     if s.value_newlines:
                         raw = raw.removeprefix("\n").removesuffix("\n")
                     call.arguments += json.dumps(raw, ensure_ascii=False)[:-1]
                 raise More
             raw = self.text[start:k]
-            self.i = k + len(s.param_close)
+            self.i = k + len(closer)
             if s.value_newlines:
                 raw = raw.removeprefix("\n").removesuffix("\n")
             val: Any = raw

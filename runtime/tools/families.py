@@ -72,6 +72,7 @@ class ToolSyntax:
     param_close: str = ""
     value_open: str = ""  # after the key's end and optional whitespace (GLM `<arg_value>`)
     value_newlines: bool = False  # one "\n" after the value opener and one before its closer are syntax
+    param_close_named: bool = False  # the closer is `param_close` KEY `param_name_end` (MiniMax M3's `</KEY>`)
     param_typed: tuple[str, str] = ("", "")  # written after the key for string / other values (DeepSeek V3.2)
     # everything
     id_style: str = "openai"
@@ -173,6 +174,21 @@ MINIMAX_M2 = ToolSyntax(
     param_name_end='">',
     param_close="</parameter>",
     exclude=("]<]minimax[>[",),
+)
+_MM = "]<]minimax[>["
+MINIMAX_M3 = ToolSyntax(  # every tag after the `]<]minimax[>[` namespace token, a parameter's tag is its key
+    "minimax_m3",
+    "xml",
+    (_MM, "<invoke name="),
+    section_open=_MM + "<tool_call>",
+    section_close=_MM + "</tool_call>",
+    fn_open=_MM + '<invoke name="',
+    fn_name_end='">',
+    fn_close=_MM + "</invoke>",
+    param_open=_MM + "<",
+    param_name_end=">",
+    param_close=_MM + "</",
+    param_close_named=True,
 )
 DEEPSEEK_V3_2 = ToolSyntax(  # DeepSeek V3.2 (DSML)
     "deepseek_v3_2",
@@ -392,6 +408,7 @@ FAMILIES: tuple[ToolSyntax, ...] = (
     DEEPSEEK_V4,
     MINICPM5,
     SEED_OSS,
+    MINIMAX_M3,
     MINIMAX_M2,
     HY3,
     QWEN3_CODER,

@@ -87,6 +87,8 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
             value = string_rule  # any text, then the closer
         else:
             value = _seq("space", b.visit(f"{tool.name}-{key}", spec), "space", _lit(s.param_close))
+        if s.param_close_named:
+            value = _seq(value, _lit(key + s.param_name_end))
         value_open = _seq("space", _lit(s.value_open)) if s.value_open else ""
         typed = s.param_typed[0 if string_typed(tool, key) else 1]
         param = _seq("space", _lit(s.param_open + key + typed + s.param_name_end), value_open, value)
