@@ -91,9 +91,12 @@ def sample(v: TemplateView) -> tuple[str, str]:
         if rest.lstrip().startswith(fmt.start) and fmt.end in rest:  # the history's (empty) block
             rest = rest[rest.find(fmt.end) + len(fmt.end) :]
         out = rest if rest.lstrip().startswith(fmt.end) else fmt.end + rest  # (GLM writes the closer alone)
-    else:
+    else:  # the generation prompt writes what the history does not (Command R+'s tool-use system turn)
         at = _lcp(prompt, whole)
-        prompt, out = prompt[:at], whole[at:]
+        cut = next((m.start() for m in _TOKEN.finditer(whole) if m.start() < at < m.end()), at)
+        rest = whole[cut:]  # not from inside a special token: the model's text starts after the turn header
+        head = next((n for n in range(len(rest), 0, -1) if prompt.endswith(rest[:n])), 0)
+        out = rest[head:]
     if suffix and out.endswith(suffix):
         out = out[: -len(suffix)]
     # a template that writes the next turn's header after a call (R7B, the R1 distills): the reply ends at the
