@@ -162,8 +162,11 @@ def probe_row(name: str) -> Row:
         reasoning, content, calls = read(v, prompt, text)
     except ToolCallParseError as e:
         # the call's message may end in an end-of-generation token its content messages do not have
-        # (functionary's <|eom_id|>): the model stops there and the slot does not emit it
+        # (functionary's <|eom_id|>), or in one of the format's stop strings (Gemma 4's <|tool_response>): the
+        # model stops there and the slot does not emit it
         cut = _EOG.sub("", text)
+        for stop in v.tools.stops:
+            cut = cut.removesuffix(stop)
         try:
             if cut == text:
                 raise

@@ -386,8 +386,13 @@ GIGACHAT3 = ToolSyntax(  # one call, as a message of its own after the content
 GIGACHAT3_1 = ToolSyntax(
     "gigachat3_1", "json", ("<|role_sep|>", "<|function_call|>"), call_open="<|function_call|>", parallel=False
 )
-GEMMA4 = ToolSyntax(
-    "gemma4", "gemma", ("'<|tool_call>call:'",), call_open="<|tool_call>call:", call_close="<tool_call|>"
+GEMMA4 = ToolSyntax(  # the template writes `<|tool_response>` after the calls: the model stops there for the results
+    "gemma4",
+    "gemma",
+    ("'<|tool_call>call:'",),
+    call_open="<|tool_call>call:",
+    call_close="<tool_call|>",
+    stops=("<|tool_response>",),
 )
 LFM2 = ToolSyntax(  # LFM2, LFM2.5
     "lfm2",
