@@ -690,7 +690,7 @@ CASES: tuple[Case, ...] = (
         calls=CALL,
         source="test-chat.cpp:5952",
         notes="no reconstruction here (test-chat.cpp expects it): the template writes the arguments as text and a"
-        " session keeps them as an object, rendered back compactly as llama-server dumps one ({\"arg1\":1});"
+        ' session keeps them as an object, rendered back compactly as llama-server dumps one ({"arg1":1});'
         " llama-server keeps the model's own text",
     ),
     Case(

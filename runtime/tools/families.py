@@ -87,6 +87,11 @@ class ToolSyntax:
     # a call may also start here without `call_open` (Qwen3-Coder's `<function=`, as llama-server accepts);
     # the text before such a call keeps its trailing whitespace (no opener took it)
     bare_open: str = ""
+    # a regex (anchored at the end) for a header written before each opener and dropped from the content
+    # (Muse Glimmer's `<|eom|><|start|>assistant to=NAME` recipient); in a prefix, text from `head_start` on
+    # that may still become one is held back
+    head: str = ""
+    head_start: str = ""
 
     def __post_init__(self) -> None:
         if not self.opener:
@@ -104,6 +109,21 @@ class ToolSyntax:
         return not self.pattern or re.search(self.pattern, source) is not None
 
 
+MUSE_GLIMMER = ToolSyntax(  # `<|start|>assistant to=NAME<|message|>` then ATEM markup, one call per message
+    "muse_glimmer",
+    "xml",
+    ("<atem:function_calls>", "<|eom|>"),
+    call_open="<|message|><atem:function_calls>",
+    call_close="</atem:function_calls>",
+    fn_open='<atem:invoke name="',
+    fn_name_end='">',
+    fn_close="</atem:invoke>",
+    param_open='<atem:parameter name="',
+    param_name_end='">',
+    param_close="</atem:parameter>",
+    head=r"(?:<\|eom\|>)?\s*(?:<\|start\|>assistant)?\s*to=[^<\s]*\s*$",
+    head_start=" to=",
+)
 HERMES = ToolSyntax(  # {"name": in the template, or {\"name\": inside a string
     "hermes", "json", ("<tool_call>",), call_open="<tool_call>", call_close="</tool_call>", pattern=r'\{\\?"name\\?":'
 )
@@ -407,6 +427,7 @@ HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant me
 
 # detection order: specific markers first (llama-server's specialised handlers come first as well)
 FAMILIES: tuple[ToolSyntax, ...] = (
+    MUSE_GLIMMER,
     HARMONY,
     KIMI_K2,
     DEEPSEEK_V3_2,

@@ -117,6 +117,9 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
                 heads = (opener, *_HARMONY_HEADS) if syntax.shape == "harmony" else (opener,)
                 heads = (*heads, syntax.bare_open) if syntax.bare_open else heads
                 tail = tail[: len(tail) - held_back(tail, heads)]
+                if syntax.head:  # a call's header being written is not content yet
+                    tail = re.sub(syntax.head, "", tail)
+                    tail = tail[: len(tail) - held_back(tail, (syntax.head_start,))]
                 if syntax.shape == "harmony":  # a channel header still being written may become a call's
                     at = max(tail.rfind(h) for h in _HARMONY_HEADS)
                     if at >= 0 and "<|message|>" not in tail[at:]:
@@ -130,6 +133,8 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
                 pieces.append(tail)
             break
         before = text[pos:k]
+        if syntax.head:
+            before = re.sub(syntax.head, "", before)
         pieces.append(_HARMONY_TAIL.sub("", before) if syntax.shape == "harmony" else before)
         cur.i = k
         if not cur.calls and syntax.bare_open:
