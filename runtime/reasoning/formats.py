@@ -85,8 +85,15 @@ MAGISTRAL = ReasoningFormat(
     "magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None, space_after_start="", trim=False, derive=False
 )
 SEED_OSS = ReasoningFormat("seed-oss", "<seed:think>", "</seed:think>", ("<seed:think>",))
-MINIMAX_M3 = ReasoningFormat(
-    "minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",), space_after="", trim=False, derive=False
+MINIMAX_M3 = ReasoningFormat(  # a turn without reasoning starts with a bare `</mm:think>` (test-chat.cpp)
+    "minimax-m3",
+    "<mm:think>",
+    "</mm:think>",
+    ("<mm:think>",),
+    content_prefixes=("</mm:think>",),
+    space_after="",
+    trim=False,
+    derive=False,
 )
 GEMMA4 = ReasoningFormat(
     "gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",), space_after="", trim=False, derive=False
