@@ -101,7 +101,10 @@ def sample(v: TemplateView) -> tuple[str, str]:
         out = out[: -len(suffix)]
     # a template that writes the next turn's header after a call (R7B, the R1 distills): the reply ends at the
     # first end-of-turn token its content messages end with
-    ends = [at for t in _TOKEN.findall(suffix) if (at := out.find(t)) >= 0 and out[:at].strip()]
+    # (not a token of the family's call markup: Kimi K3 closes its sections with <|close|> ... <|sep|>)
+    syntax = getattr(v.tools, "syntax", None)
+    markup = " ".join(str(x) for x in vars(syntax).values()) if syntax is not None else ""
+    ends = [at for t in _TOKEN.findall(suffix) if t not in markup and (at := out.find(t)) >= 0 and out[:at].strip()]
     return prompt, out[: min(ends)] if ends else out
 
 
@@ -164,9 +167,10 @@ def probe_row(name: str) -> Row:
         # the call's message may end in an end-of-generation token its content messages do not have
         # (functionary's <|eom_id|>), or in one of the format's stop strings (Gemma 4's <|tool_response>): the
         # model stops there and the slot does not emit it
-        cut = _EOG.sub("", text)
+        cut = text
         for stop in v.tools.stops:
             cut = cut.removesuffix(stop)
+        cut = _EOG.sub("", text) if cut == text else cut
         try:
             if cut == text:
                 raise

@@ -188,6 +188,8 @@ class Cursor(Shapes):
         name = name.strip()
         if not name or any(c in name for c in "<>=\"'\n"):
             raise Bad(f"bad tool name {name!r}")
+        if s.fn_head_end:
+            self.until(s.fn_head_end)
         call = RawCall(name, arguments="{")
         self.calls.append(call)
         tool = self.tool(name)

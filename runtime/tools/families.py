@@ -67,6 +67,7 @@ class ToolSyntax:
     fn_open: str = ""
     fn_name_end: str = ""
     fn_close: str = ""
+    fn_head_end: str = ""  # after the name, the rest of the call's header up to this is skipped (Kimi K3)
     param_open: str = ""
     param_name_end: str = ""
     param_close: str = ""
@@ -92,6 +93,7 @@ class ToolSyntax:
     # that may still become one is held back
     head: str = ""
     head_start: str = ""
+    head_gbnf: str = ""  # the grammar for that header (optional before each call)
 
     def __post_init__(self) -> None:
         if not self.opener:
@@ -109,6 +111,22 @@ class ToolSyntax:
         return not self.pattern or re.search(self.pattern, source) is not None
 
 
+KIMI_K3 = ToolSyntax(  # XTML tags from <|open|> / <|close|> / <|sep|>; a parameter's type is an attribute
+    "kimi_k3",
+    "xml",
+    ("<|open|>", "<|close|>", "<|end_of_msg|>"),
+    section_open="<|open|>tools<|sep|>",
+    section_close="<|close|>tools<|sep|>",
+    fn_open='<|open|>call tool="',
+    fn_name_end='"',
+    fn_head_end="<|sep|>",
+    fn_close="<|close|>call<|sep|>",
+    param_open='<|open|>argument key="',
+    param_name_end="<|sep|>",
+    param_close="<|close|>argument<|sep|>",
+    param_typed=('" type="string"', '" type="number"'),
+    stops=("<|close|>message<|sep|>",),  # the message's end: the model writes <|end_of_msg|> next
+)
 MUSE_GLIMMER = ToolSyntax(  # `<|start|>assistant to=NAME<|message|>` then ATEM markup, one call per message
     "muse_glimmer",
     "xml",
@@ -123,6 +141,7 @@ MUSE_GLIMMER = ToolSyntax(  # `<|start|>assistant to=NAME<|message|>` then ATEM 
     param_close="</atem:parameter>",
     head=r"(?:<\|eom\|>)?\s*(?:<\|start\|>assistant)?\s*to=[^<\s]*\s*$",
     head_start=" to=",
+    head_gbnf='( ( "<|eom|>" "<|start|>assistant" )? " "? "to=" [^<]* )?',
 )
 HERMES = ToolSyntax(  # {"name": in the template, or {\"name\": inside a string
     "hermes", "json", ("<tool_call>",), call_open="<tool_call>", call_close="</tool_call>", pattern=r'\{\\?"name\\?":'
@@ -427,6 +446,7 @@ HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant me
 
 # detection order: specific markers first (llama-server's specialised handlers come first as well)
 FAMILIES: tuple[ToolSyntax, ...] = (
+    KIMI_K3,
     MUSE_GLIMMER,
     HARMONY,
     KIMI_K2,

@@ -95,7 +95,9 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
         rule = b.rule(f"{tool.name}-{key}-param", param)
         parts.append(rule if key in required else f"{rule}?")
     name_end = _lit(s.fn_name_end) if s.fn_name_end else '"\\n"?'
-    body = _seq(_lit(s.call_open), "space", _lit(s.fn_open + tool.name), name_end, *parts, "space")
+    if s.fn_head_end:
+        name_end = _seq(name_end, "[^<]*", _lit(s.fn_head_end))
+    body = _seq(s.head_gbnf, _lit(s.call_open), "space", _lit(s.fn_open + tool.name), name_end, *parts, "space")
     body = _seq(body, _lit(s.fn_close), "space" if s.fn_close else "", _lit(s.call_close))
     return b.rule(f"{tool.name}-call", body)
 
