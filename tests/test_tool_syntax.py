@@ -677,3 +677,18 @@ def test_functionary_v3_2_content_is_the_message_to_all() -> None:
     assert fmt.parse("Hello there.", TOOLS, AUTO).content == "Hello there."  # no recipient: plain text
     assert fmt.parse_partial("al", TOOLS).content == ""
     _assert_prefixes(fmt, "all\nHello, world!")
+
+
+def test_qwen3_coder_first_call_may_omit_its_opener_for_an_offered_tool_only() -> None:
+    # llama-server's Qwen3-Coder handler: a bare `<function=NAME>` of an offered tool starts the first call
+    fmt = fmt_for("qwen3_coder")
+    bare = "Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    reply = fmt.parse(bare, TOOLS, AUTO, seed="q")
+    assert reply.content == "Sure.\n"
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    _assert_prefixes(fmt, bare, "q")
+    prose = "Write <function=nope> or <function=get_weather without the closer."
+    assert fmt.parse(prose, TOOLS, AUTO) == fmt.parse_calls(prose, TOOLS)
+    assert fmt.parse(prose, TOOLS, AUTO).content == prose and not fmt.parse(prose, TOOLS, AUTO).tool_calls
+    lazy = fmt.grammar(TOOLS, AUTO)
+    assert lazy is not None and lazy.trigger_words == ("<tool_call>", "<function=get_weather>")

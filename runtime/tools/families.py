@@ -85,8 +85,9 @@ class ToolSyntax:
     # the generation prompt ends with `call_open`, so the output starts with a recipient: this one's message
     # is the content (Functionary v3.2's `all`), any other is a call
     content_recipient: str = ""
-    # a call may also start here without `call_open` (Qwen3-Coder's `<function=`, as llama-server accepts);
-    # the text before such a call keeps its trailing whitespace (no opener took it)
+    # the first call may also start at this + an offered tool's name + `fn_name_end` without `call_open`
+    # (Qwen3-Coder's `<function=NAME>`, as llama-server accepts and triggers on); the text before such a call
+    # keeps its trailing whitespace (no opener took it)
     bare_open: str = ""
     # a regex (anchored at the end) for a header written before each opener and dropped from the content
     # (Muse Glimmer's `<|eom|><|start|>assistant to=NAME` recipient); in a prefix, text from `head_start` on

@@ -81,13 +81,15 @@ def _drop_builtin(text: str, final: bool) -> str:
 _RECIPIENT = re.compile(r"[A-Za-z0-9_.:-]+\n")
 
 
-def _next_opener(syntax: ToolSyntax, text: str, pos: int) -> int:
-    """Where the next calls part starts at or after `pos` (its opener, or a bare call), -1 if none."""
+def _next_opener(syntax: ToolSyntax, text: str, pos: int, tools: Sequence[Tool], first: bool) -> int:
+    """Where the next calls part starts at or after `pos`, -1 if none: its opener, or for the first call
+    a bare `<function=NAME>` of an offered tool (llama-server's Qwen3-Coder handler: not any `<function`)."""
     k = text.find(syntax.opener, pos)
-    if syntax.bare_open:
-        b = text.find(syntax.bare_open, pos)
-        if b >= 0 and (k < 0 or b < k):
-            return b
+    if syntax.bare_open and first:
+        heads = [syntax.bare_open + t.name + syntax.fn_name_end for t in tools]
+        found = [b for h in heads if (b := text.find(h, pos, k if k >= 0 else len(text))) >= 0]
+        if found:
+            return min(found)
     return k
 
 
@@ -110,12 +112,13 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
     pos = 0
     bare_first = False  # the first call starts at `bare_open`: the content before it keeps its whitespace
     while True:
-        k = _next_opener(syntax, text, pos)
+        k = _next_opener(syntax, text, pos, tools, not cur.calls)
         if k < 0:
             tail = text[pos:]
             if not final:
                 heads = (opener, *_HARMONY_HEADS) if syntax.shape == "harmony" else (opener,)
-                heads = (*heads, syntax.bare_open) if syntax.bare_open else heads
+                if syntax.bare_open and not cur.calls:
+                    heads = (*heads, *(syntax.bare_open + t.name + syntax.fn_name_end for t in tools))
                 tail = tail[: len(tail) - held_back(tail, heads)]
                 if syntax.head:  # a call's header being written is not content yet
                     tail = re.sub(syntax.head, "", tail)

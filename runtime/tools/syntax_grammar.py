@@ -97,7 +97,8 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
     name_end = _lit(s.fn_name_end) if s.fn_name_end else '"\\n"?'
     if s.fn_head_end:
         name_end = _seq(name_end, "[^<]*", _lit(s.fn_head_end))
-    body = _seq(s.head_gbnf, _lit(s.call_open), "space", _lit(s.fn_open + tool.name), name_end, *parts, "space")
+    opener = f"( {_lit(s.call_open)} space )?" if s.bare_open else _seq(_lit(s.call_open), "space")
+    body = _seq(s.head_gbnf, opener, _lit(s.fn_open + tool.name), name_end, *parts, "space")
     body = _seq(body, _lit(s.fn_close), "space" if s.fn_close else "", _lit(s.call_close))
     return b.rule(f"{tool.name}-call", body)
 
@@ -262,4 +263,5 @@ def syntax_grammar(
         return ToolGrammar(b.text(), lazy=True, trigger_patterns=(pattern,))
     if reasoning is not None:
         return ToolGrammar(b.text(), lazy=True, trigger_patterns=(trigger_pattern(s.opener, reasoning, inside),))
-    return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener,))
+    bare = tuple(s.bare_open + t.name + s.fn_name_end for t in tools) if s.bare_open else ()
+    return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener, *bare))
