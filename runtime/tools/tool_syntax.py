@@ -10,8 +10,8 @@ the family's template renders back for an assistant message with `tool_calls`):
   `call_close` (Mistral Small 3.2 / Devstral / Magistral, DeepSeek V3.1 / R1, Kimi K2, Functionary v3.1);
 - "xml": `call_open` `fn_open` NAME `fn_name_end` then per argument `param_open` KEY `param_name_end` VALUE
   `param_close`, then `fn_close` `call_close` (Qwen3-Coder / Qwen3.5 / Nemotron 3 / StepFun, GLM 4.5-4.7,
-  MiniMax M2, Seed-OSS): values are raw text for string parameters (one newline after the opener and
-  one before the closer belong to the syntax) and JSON for the others;
+  MiniMax M2 / M3, Seed-OSS, Kimi K3, Muse Glimmer): values are raw text for string parameters (one
+  newline after the opener and one before the closer belong to the syntax) and JSON for the others;
   Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
   as the message to the recipient `all` (`content_recipient`);
 - "pythonic": LFM2's `[NAME(key=value, ...), ...]`, values Python literals;
