@@ -91,14 +91,20 @@ def sample(v: TemplateView) -> tuple[str, str]:
         if rest.lstrip().startswith(fmt.start) and fmt.end in rest:  # the history's (empty) block
             rest = rest[rest.find(fmt.end) + len(fmt.end) :]
         out = rest if rest.lstrip().startswith(fmt.end) else fmt.end + rest  # (GLM writes the closer alone)
-    else:
+    else:  # the generation prompt writes what the history does not (Command R+'s tool-use system turn)
         at = _lcp(prompt, whole)
-        prompt, out = prompt[:at], whole[at:]
+        cut = next((m.start() for m in _TOKEN.finditer(whole) if m.start() < at < m.end()), at)
+        rest = whole[cut:]  # not from inside a special token: the model's text starts after the turn header
+        head = next((n for n in range(len(rest), 0, -1) if prompt.endswith(rest[:n])), 0)
+        out = rest[head:]
     if suffix and out.endswith(suffix):
         out = out[: -len(suffix)]
     # a template that writes the next turn's header after a call (R7B, the R1 distills): the reply ends at the
     # first end-of-turn token its content messages end with
-    ends = [at for t in _TOKEN.findall(suffix) if (at := out.find(t)) >= 0 and out[:at].strip()]
+    # (not a token of the family's call markup: Kimi K3 closes its sections with <|close|> ... <|sep|>)
+    syntax = getattr(v.tools, "syntax", None)
+    markup = " ".join(str(x) for x in vars(syntax).values()) if syntax is not None else ""
+    ends = [at for t in _TOKEN.findall(suffix) if t not in markup and (at := out.find(t)) >= 0 and out[:at].strip()]
     return prompt, out[: min(ends)] if ends else out
 
 
@@ -159,8 +165,12 @@ def probe_row(name: str) -> Row:
         reasoning, content, calls = read(v, prompt, text)
     except ToolCallParseError as e:
         # the call's message may end in an end-of-generation token its content messages do not have
-        # (functionary's <|eom_id|>): the model stops there and the slot does not emit it
-        cut = _EOG.sub("", text)
+        # (functionary's <|eom_id|>), or in one of the format's stop strings (Gemma 4's <|tool_response>): the
+        # model stops there and the slot does not emit it
+        cut = text
+        for stop in v.tools.stops:
+            cut = cut.removesuffix(stop)
+        cut = _EOG.sub("", text) if cut == text else cut
         try:
             if cut == text:
                 raise

@@ -229,6 +229,28 @@ CASES: dict[str, tuple[str, str, str]] = {
         "Let me check.<|tool_call_start|>[get_weather(city='Paris', days=2)]<|tool_call_end|>",
         "Let me check.",
     ),
+    "kimi_k3": (  # the answer part, after the splitter took the think and response sections
+        "Kimi-K3.jinja",
+        '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|>'
+        '<|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|>'
+        '<|open|>argument key="days" type="number"<|sep|>2<|close|>argument<|sep|><|close|>call<|sep|>'
+        "<|close|>tools<|sep|>",
+        "",
+    ),
+    "minimax_m3": (
+        "MiniMax-M3.jinja",
+        'Let me check.]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="get_weather">'
+        "]<]minimax[>[<city>Paris]<]minimax[>[</city>]<]minimax[>[<days>2]<]minimax[>[</days>"
+        "]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+        "Let me check.",
+    ),
+    "muse_glimmer": (  # the generation prompt is `<|start|>assistant`: the output starts at the recipient
+        "muse-glimmer.jinja",
+        ' to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n'
+        '<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">2</atem:parameter>\n'
+        "</atem:invoke>\n</atem:function_calls>",
+        "",
+    ),
     "harmony": (  # the answer part, after the splitter took the analysis channel
         "openai-gpt-oss-120b.jinja",
         ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris", "days": 2}',
@@ -256,6 +278,10 @@ NO_RECONSTRUCTION = {
     "command_r7b": "THINKING|><|END_THINKING|>",  # an empty thinking block before the action
     "gemma4": "<|tool_call>call:",  # Gemma 4 renders the calls before the content
     "command_r_plus": "CHATBOT_TOKEN|>",  # a stored reply changes the prompt before it (the last turn's hint)
+    # the answer parts here lack what the model writes before them, which the reasoning split takes
+    # (tests/tool_cases.py's kimi3-* and minimax3-* cases, whole outputs, reconstruct)
+    "kimi_k3": "<|close|>think<|sep|><|open|>r",  # K3 writes a response section before the calls
+    "minimax_m3": "</mm:think>Let me check.",  # a turn without reasoning starts with a bare </mm:think>
     "deepseek_r1": "｜tool▁calls▁begin｜>",  # the template drops the reasoning once the reply is stored
 }
 
@@ -370,6 +396,7 @@ def _two_calls(family: str, text: str) -> str:
     if s.shape == "xml":
         second = text[text.find(s.call_open or s.fn_open) : text.rfind(s.call_close or s.fn_close)]
         second = second.replace("Paris", str(OSLO["city"])).replace(">2<", ">3<").replace("\n2\n", "\n3\n")
+        second = second.replace(">2" + s.param_close, ">3" + s.param_close)  # MiniMax M3's `]<]minimax[>[</`
         end = s.call_close or s.fn_close
         if s.section_close:
             return text.replace(s.section_close, f"\n{second}{end}\n{s.section_close}")
@@ -650,3 +677,18 @@ def test_functionary_v3_2_content_is_the_message_to_all() -> None:
     assert fmt.parse("Hello there.", TOOLS, AUTO).content == "Hello there."  # no recipient: plain text
     assert fmt.parse_partial("al", TOOLS).content == ""
     _assert_prefixes(fmt, "all\nHello, world!")
+
+
+def test_qwen3_coder_first_call_may_omit_its_opener_for_an_offered_tool_only() -> None:
+    # llama-server's Qwen3-Coder handler: a bare `<function=NAME>` of an offered tool starts the first call
+    fmt = fmt_for("qwen3_coder")
+    bare = "Sure.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+    reply = fmt.parse(bare, TOOLS, AUTO, seed="q")
+    assert reply.content == "Sure.\n"
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    _assert_prefixes(fmt, bare, "q")
+    prose = "Write <function=nope> or <function=get_weather without the closer."
+    assert fmt.parse(prose, TOOLS, AUTO) == fmt.parse_calls(prose, TOOLS)
+    assert fmt.parse(prose, TOOLS, AUTO).content == prose and not fmt.parse(prose, TOOLS, AUTO).tool_calls
+    lazy = fmt.grammar(TOOLS, AUTO)
+    assert lazy is not None and lazy.trigger_words == ("<tool_call>", "<function=get_weather>")

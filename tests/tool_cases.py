@@ -135,6 +135,7 @@ APRIEL15 = "unsloth-Apriel-1.5.jinja"
 GIGACHAT = "GigaChat3-10B-A1.8B.jinja"
 GEMMA4 = "google-gemma-4-31B-it.jinja"
 MUSE = "muse-glimmer.jinja"
+KIMI3 = "Kimi-K3.jinja"
 RPLUS = "CohereForAI-c4ai-command-r-plus-tool_use.jinja"
 V32 = "deepseek-ai-DeepSeek-V3.2.jinja"
 MINIMAX3 = "MiniMax-M3.jinja"
@@ -688,8 +689,10 @@ CASES: tuple[Case, ...] = (
         FUNC32,
         'special_function\n{"arg1": 1}',
         calls=CALL,
-        reconstruct=True,
         source="test-chat.cpp:5952",
+        notes="no reconstruction here (test-chat.cpp expects it): the template writes the arguments as text and a"
+        ' session keeps them as an object, rendered back compactly as llama-server dumps one ({"arg1":1});'
+        " llama-server keeps the model's own text",
     ),
     Case(
         "firefunction-call",
@@ -786,6 +789,34 @@ CASES: tuple[Case, ...] = (
         calls=(Call("get_time", {"city": "Tokyo"}),),
         thinking=True,
         source="test-chat.cpp:5510",
+    ),
+    Case(
+        "kimi3-call",
+        KIMI3,
+        "<|close|>think<|sep|><|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|>"
+        '<|open|>call tool="special_function" index="1"<|sep|>'
+        '<|open|>argument key="arg1" type="number"<|sep|>1<|close|>argument<|sep|>'
+        "<|close|>call<|sep|><|close|>tools<|sep|>",
+        calls=CALL,
+        reconstruct=True,
+        source="test-chat.cpp:4893",
+        notes="test-chat.cpp's output starts at <|open|>response (an implicitly empty think section, which our"
+        " reasoning split does not read yet) and ends with <|close|>message<|sep|> (the family's stop string); this is"
+        " the template's own rendering of an empty think section",
+    ),
+    Case(
+        "kimi3-reasoning-content-call",
+        KIMI3,
+        "I should call it<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|>"
+        '<|open|>tools<|sep|><|open|>call tool="special_function" index="1"<|sep|>'
+        '<|open|>argument key="arg1" type="number"<|sep|>1<|close|>argument<|sep|>'
+        "<|close|>call<|sep|><|close|>tools<|sep|>",
+        reasoning="I should call it",
+        content="On it.",
+        calls=CALL,
+        reconstruct=True,
+        source="test-chat.cpp:4905",
+        notes="as kimi3-call: without the stop string",
     ),
     Case(
         "granite4-call",

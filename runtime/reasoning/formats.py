@@ -85,8 +85,15 @@ MAGISTRAL = ReasoningFormat(
     "magistral", "[THINK]", "[/THINK]", ("[THINK]",), switch=None, space_after_start="", trim=False, derive=False
 )
 SEED_OSS = ReasoningFormat("seed-oss", "<seed:think>", "</seed:think>", ("<seed:think>",))
-MINIMAX_M3 = ReasoningFormat(
-    "minimax-m3", "<mm:think>", "</mm:think>", ("<mm:think>",), space_after="", trim=False, derive=False
+MINIMAX_M3 = ReasoningFormat(  # a turn without reasoning starts with a bare `</mm:think>` (test-chat.cpp)
+    "minimax-m3",
+    "<mm:think>",
+    "</mm:think>",
+    ("<mm:think>",),
+    content_prefixes=("</mm:think>",),
+    space_after="",
+    trim=False,
+    derive=False,
 )
 GEMMA4 = ReasoningFormat(
     "gemma4", "<|channel>thought", "<channel|>", ("<|channel>thought",), space_after="", trim=False, derive=False
@@ -102,7 +109,29 @@ GRANITE = ReasoningFormat(  # Granite 3.x: <think>…</think><response>…</resp
 
 # detection order: specific markers first; plain <think> tags (Qwen3, DeepSeek R1, QwQ, SmolLM3, GLM,
 # Kimi K2 Thinking, Nemotron, MiniMax M2, …) last
-FORMATS: tuple[ReasoningFormat, ...] = (HARMONY, COMMAND_R7B, MAGISTRAL, SEED_OSS, MINIMAX_M3, GEMMA4, GRANITE, THINK)
+KIMI_K3 = ReasoningFormat(  # XTML sections: think (opened by the generation prompt), response, tools, message
+    "kimi-k3",
+    "<|open|>think<|sep|>",
+    "<|close|>think<|sep|>",
+    ("<|end_of_msg|>",),  # the tags are built by the template's open_tag / close_tag macros
+    content_prefixes=("<|open|>response<|sep|>",),
+    content_suffixes=("<|close|>response<|sep|>", "<|close|>message<|sep|>"),
+    space_after="",
+    trim=False,
+    derive=False,
+)
+
+FORMATS: tuple[ReasoningFormat, ...] = (
+    KIMI_K3,
+    HARMONY,
+    COMMAND_R7B,
+    MAGISTRAL,
+    SEED_OSS,
+    MINIMAX_M3,
+    GEMMA4,
+    GRANITE,
+    THINK,
+)
 
 
 def detect(template: str | None) -> ReasoningFormat | None:

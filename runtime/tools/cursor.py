@@ -172,8 +172,9 @@ class Cursor(Shapes):
 
     def xml_call(self) -> None:
         s = self.s
-        self.expect(s.call_open)
-        self.ws()
+        if not (s.bare_open and self.peek(s.bare_open)):
+            self.expect(s.call_open)
+            self.ws()
         self.expect(s.fn_open)
         if s.fn_name_end:
             name, _ = self.until(s.fn_name_end)
@@ -187,6 +188,8 @@ class Cursor(Shapes):
         name = name.strip()
         if not name or any(c in name for c in "<>=\"'\n"):
             raise Bad(f"bad tool name {name!r}")
+        if s.fn_head_end:
+            self.until(s.fn_head_end)
         call = RawCall(name, arguments="{")
         self.calls.append(call)
         tool = self.tool(name)
@@ -210,17 +213,18 @@ class Cursor(Shapes):
                 self.expect(s.value_open)
             is_str = string_typed(tool, key)
             start = self.i
-            k = self.text.find(s.param_close, start)
+            closer = s.param_close + (key + s.param_name_end if s.param_close_named else "")
+            k = self.text.find(closer, start)
             if k < 0:
                 if is_str:  # stream the string as far as it is fixed
                     raw = self.text[start:]
-                    raw = raw[: len(raw) - held_back(raw, (s.param_close,))]
+                    raw = raw[: len(raw) - held_back(raw, (closer,))]
                     if s.value_newlines:
                         raw = raw.removeprefix("\n").removesuffix("\n")
                     call.arguments += json.dumps(raw, ensure_ascii=False)[:-1]
                 raise More
             raw = self.text[start:k]
-            self.i = k + len(s.param_close)
+            self.i = k + len(closer)
             if s.value_newlines:
                 raw = raw.removeprefix("\n").removesuffix("\n")
             val: Any = raw

@@ -1,105 +1,46 @@
-"""Native tool-call syntaxes as data: one `ToolSyntax` per family, and `detect_syntax` for a template.
-
-A syntax says how a model writes its calls (what llama-server's parsers in common/chat*.cpp read, and what
-the family's template renders back for an assistant message with `tool_calls`):
-
-- `shape` "json": each call is a JSON object `{name_key: NAME, args_key: {...}, id_key?: ID}` after
-  `call_open` (Hermes `<tool_call>`, Granite `<|tool_call|>`, Command R7B `<|START_ACTION|>`), or, with
-  `array`, one JSON array of such objects (Mistral Nemo `[TOOL_CALLS][...]`, Apriel `<tool_calls>[...]`);
-- "name_json": `call_open` NAME [`id_open` ID] `name_close` [`args_open`] {json args} [`args_close`]
-  `call_close` (Mistral Small 3.2 / Devstral / Magistral, DeepSeek V3.1 / R1, Kimi K2, Functionary v3.1);
-- "xml": `call_open` `fn_open` NAME `fn_name_end` then per argument `param_open` KEY `param_name_end` VALUE
-  `param_close`, then `fn_close` `call_close` (Qwen3-Coder / Qwen3.5 / Nemotron 3 / StepFun, GLM 4.5-4.7,
-  MiniMax M2, Seed-OSS): values are raw text for string parameters (one newline after the opener and
-  one before the closer belong to the syntax) and JSON for the others;
-  Functionary v3.2 writes `>>>NAME\n{json}` after a generation prompt that ends with `>>>`, its content
-  as the message to the recipient `all` (`content_recipient`);
-- "pythonic": LFM2's `[NAME(key=value, ...), ...]`, values Python literals;
-- "gemma": Gemma 4's `<|tool_call>call:NAME{key:value,...}<tool_call|>`, strings in `<|"|>` quotes;
-- "harmony": gpt-oss recipients (`to=functions.NAME` in the channel header, the arguments as the message).
-
-`section_open` / `section_close` wrap all calls of a reply (DeepSeek `<｜tool▁calls▁begin｜>`, Kimi
-`<|tool_calls_section_begin|>`, MiniMax `<minimax:tool_call>`). `id_style` is how ids are made when the
-model writes none (`runtime.tools.calls.call_id`). `markers`: all must occur in the template source;
-`FAMILIES` is in detection order (specific first), as llama-server's `common_chat_try_specialized_template`.
-Adding a family is one entry here.
+"""Native tool-call syntaxes as data: one `ToolSyntax` (runtime.tools.tool_syntax, which says what the fields
+mean by shape) per family, and `detect_syntax` for a template. `FAMILIES` is in detection order (specific
+first), as llama-server's `common_chat_try_specialized_template`. Adding a family is one entry here.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Literal
+from runtime.tools.tool_syntax import ToolSyntax
 
 __all__ = ["FAMILIES", "ToolSyntax", "by_name", "detect_syntax"]
 
-Shape = Literal["json", "name_json", "xml", "harmony", "pythonic", "gemma"]
-
-
-@dataclass(frozen=True)
-class ToolSyntax:
-    """How one family writes tool calls (see the module docstring for the fields by shape)."""
-
-    name: str
-    shape: Shape
-    markers: tuple[str, ...]
-    call_open: str = ""
-    call_close: str = ""
-    section_open: str = ""
-    section_close: str = ""
-    # json
-    name_key: str = "name"
-    args_key: str = "arguments"
-    id_key: str = ""
-    id_first: bool = False  # the template writes the id before the name
-    id_pattern: str = ""  # a JSON-schema pattern for written ids (Mistral: 9 alphanumerics)
-    array: bool = False
-    name_is_key: bool = False  # `{NAME: {args}}` (Apertus)
-    # name_json
-    name_close: str = ""
-    id_open: str = ""
-    id_before: str = ""  # the id comes first, right after `call_open`, up to this (Solar Open)
-    args_open: str = ""
-    args_close: str = ""
-    name_prefix: str = ""  # written before the name and not part of it (Kimi `functions.`)
-    name_index: bool = False  # `:INDEX` after the name (Kimi), the id is the whole written name
-    # xml
-    fn_open: str = ""
-    fn_name_end: str = ""
-    fn_close: str = ""
-    param_open: str = ""
-    param_name_end: str = ""
-    param_close: str = ""
-    value_open: str = ""  # after the key's end and optional whitespace (GLM `<arg_value>`)
-    value_newlines: bool = False  # one "\n" after the value opener and one before its closer are syntax
-    param_typed: tuple[str, str] = ("", "")  # written after the key for string / other values (DeepSeek V3.2)
-    # everything
-    id_style: str = "openai"
-    parallel: bool = True
-    stops: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()  # none of these may occur in the template source
-    tools_variable: str = ""  # the template reads the tools as JSON text from this variable (FireFunction v2)
-    pattern: str = ""  # a regex that must also match the template source
-    # the generation prompt ends with `call_open`, so the output starts with a recipient: this one's message
-    # is the content (Functionary v3.2's `all`), any other is a call
-    content_recipient: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.opener:
-            raise ValueError(f"tool syntax {self.name}: a syntax needs a call or section opener")
-
-    @property
-    def opener(self) -> str:
-        """The text that starts the calls part of a reply (the lazy grammar's trigger)."""
-        return self.section_open or self.call_open
-
-    def matches(self, source: str) -> bool:
-        """Whether a template source is of this family."""
-        if not all(m in source for m in self.markers) or any(m in source for m in self.exclude):
-            return False
-        return not self.pattern or re.search(self.pattern, source) is not None
-
-
+KIMI_K3 = ToolSyntax(  # XTML tags from <|open|> / <|close|> / <|sep|>; a parameter's type is an attribute
+    "kimi_k3",
+    "xml",
+    ("<|open|>", "<|close|>", "<|end_of_msg|>"),
+    section_open="<|open|>tools<|sep|>",
+    section_close="<|close|>tools<|sep|>",
+    fn_open='<|open|>call tool="',
+    fn_name_end='"',
+    fn_head_end="<|sep|>",
+    fn_close="<|close|>call<|sep|>",
+    param_open='<|open|>argument key="',
+    param_name_end="<|sep|>",
+    param_close="<|close|>argument<|sep|>",
+    param_typed=('" type="string"', '" type="number"'),
+    stops=("<|close|>message<|sep|>",),  # the message's end: the model writes <|end_of_msg|> next
+)
+MUSE_GLIMMER = ToolSyntax(  # `<|start|>assistant to=NAME<|message|>` then ATEM markup, one call per message
+    "muse_glimmer",
+    "xml",
+    ("<atem:function_calls>", "<|eom|>"),
+    call_open="<|message|><atem:function_calls>",
+    call_close="</atem:function_calls>",
+    fn_open='<atem:invoke name="',
+    fn_name_end='">',
+    fn_close="</atem:invoke>",
+    param_open='<atem:parameter name="',
+    param_name_end='">',
+    param_close="</atem:parameter>",
+    head=r"(?:<\|eom\|>)?\s*(?:<\|start\|>assistant)?\s*to=[^<\s]*\s*$",
+    head_start=" to=",
+    head_gbnf='( ( "<|eom|>" "<|start|>assistant" )? " "? "to=" [^<]* )?',
+)
 HERMES = ToolSyntax(  # {"name": in the template, or {\"name\": inside a string
     "hermes", "json", ("<tool_call>",), call_open="<tool_call>", call_close="</tool_call>", pattern=r'\{\\?"name\\?":'
 )
@@ -110,6 +51,7 @@ QWEN3_CODER = ToolSyntax(  # Qwen3-Coder, Qwen3.5, Nemotron 3 Nano, StepFun 3.5
     ("<tool_call>", "<function=", "<parameter="),
     call_open="<tool_call>",
     call_close="</tool_call>",
+    bare_open="<function=",
     value_newlines=True,
     fn_open="<function=",
     fn_name_end=">",
@@ -169,6 +111,21 @@ MINIMAX_M2 = ToolSyntax(
     param_name_end='">',
     param_close="</parameter>",
     exclude=("]<]minimax[>[",),
+)
+_MM = "]<]minimax[>["
+MINIMAX_M3 = ToolSyntax(  # every tag after the `]<]minimax[>[` namespace token, a parameter's tag is its key
+    "minimax_m3",
+    "xml",
+    (_MM, "<invoke name="),
+    section_open=_MM + "<tool_call>",
+    section_close=_MM + "</tool_call>",
+    fn_open=_MM + '<invoke name="',
+    fn_name_end='">',
+    fn_close=_MM + "</invoke>",
+    param_open=_MM + "<",
+    param_name_end=">",
+    param_close=_MM + "</",
+    param_close_named=True,
 )
 DEEPSEEK_V3_2 = ToolSyntax(  # DeepSeek V3.2 (DSML)
     "deepseek_v3_2",
@@ -366,8 +323,13 @@ GIGACHAT3 = ToolSyntax(  # one call, as a message of its own after the content
 GIGACHAT3_1 = ToolSyntax(
     "gigachat3_1", "json", ("<|role_sep|>", "<|function_call|>"), call_open="<|function_call|>", parallel=False
 )
-GEMMA4 = ToolSyntax(
-    "gemma4", "gemma", ("'<|tool_call>call:'",), call_open="<|tool_call>call:", call_close="<tool_call|>"
+GEMMA4 = ToolSyntax(  # the template writes `<|tool_response>` after the calls: the model stops there for the results
+    "gemma4",
+    "gemma",
+    ("'<|tool_call>call:'",),
+    call_open="<|tool_call>call:",
+    call_close="<tool_call|>",
+    stops=("<|tool_response>",),
 )
 LFM2 = ToolSyntax(  # LFM2, LFM2.5
     "lfm2",
@@ -382,12 +344,15 @@ HARMONY = ToolSyntax(  # gpt-oss: its template renders one call per assistant me
 
 # detection order: specific markers first (llama-server's specialised handlers come first as well)
 FAMILIES: tuple[ToolSyntax, ...] = (
+    KIMI_K3,
+    MUSE_GLIMMER,
     HARMONY,
     KIMI_K2,
     DEEPSEEK_V3_2,
     DEEPSEEK_V4,
     MINICPM5,
     SEED_OSS,
+    MINIMAX_M3,
     MINIMAX_M2,
     HY3,
     QWEN3_CODER,

@@ -87,13 +87,18 @@ def _xml_call(b: GrammarBuilder, s: ToolSyntax, tool: Tool) -> str:
             value = string_rule  # any text, then the closer
         else:
             value = _seq("space", b.visit(f"{tool.name}-{key}", spec), "space", _lit(s.param_close))
+        if s.param_close_named:
+            value = _seq(value, _lit(key + s.param_name_end))
         value_open = _seq("space", _lit(s.value_open)) if s.value_open else ""
         typed = s.param_typed[0 if string_typed(tool, key) else 1]
         param = _seq("space", _lit(s.param_open + key + typed + s.param_name_end), value_open, value)
         rule = b.rule(f"{tool.name}-{key}-param", param)
         parts.append(rule if key in required else f"{rule}?")
     name_end = _lit(s.fn_name_end) if s.fn_name_end else '"\\n"?'
-    body = _seq(_lit(s.call_open), "space", _lit(s.fn_open + tool.name), name_end, *parts, "space")
+    if s.fn_head_end:
+        name_end = _seq(name_end, "[^<]*", _lit(s.fn_head_end))
+    opener = f"( {_lit(s.call_open)} space )?" if s.bare_open else _seq(_lit(s.call_open), "space")
+    body = _seq(s.head_gbnf, opener, _lit(s.fn_open + tool.name), name_end, *parts, "space")
     body = _seq(body, _lit(s.fn_close), "space" if s.fn_close else "", _lit(s.call_close))
     return b.rule(f"{tool.name}-call", body)
 
@@ -258,4 +263,5 @@ def syntax_grammar(
         return ToolGrammar(b.text(), lazy=True, trigger_patterns=(pattern,))
     if reasoning is not None:
         return ToolGrammar(b.text(), lazy=True, trigger_patterns=(trigger_pattern(s.opener, reasoning, inside),))
-    return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener,))
+    bare = tuple(s.bare_open + t.name + s.fn_name_end for t in tools) if s.bare_open else ()
+    return ToolGrammar(b.text(), lazy=True, trigger_words=(s.opener, *bare))
