@@ -103,7 +103,7 @@ async def test_interleaved_windowed_conversation_equals_it_alone(
     """
     model = tiny_models[arch]
     opts: dict[str, Any] = {"n_ctx": 512, "n_threads": 1, "cache_ram_mib": 1}
-    n_turns, others = 40, [f"o{i}" for i in range(6)]
+    n_turns, others = 40, [f"o{i}" for i in range(9)]
     async with Runtime.open(model, data_dir=tmp_path / "alone", **opts) as rt:
         rec = Recorder(rt)
         await rt.create_session("w", system="You are the windowed one.", context="window")
