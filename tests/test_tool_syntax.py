@@ -494,7 +494,7 @@ def test_partial_json_canonical_prefixes() -> None:
             head, _ = pj.parse(text[:n], 0)
             assert whole.startswith(pj.canonical(head)), (text[:n], pj.canonical(head))
         assert pj.canonical(node) == whole and node.complete
-    with pytest.raises(pj.BadJSON):
+    with pytest.raises(pj._BadJSON):
         pj.parse('{"a" 1}', 0)
 
 

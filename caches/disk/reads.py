@@ -1,6 +1,6 @@
 """Reading one entry's state back from the disk tier's directory: a whole record, or a body and its blocks.
 
-No lock here and no changes: a read that cannot be used raises `Unusable` (what failed and why, and
+No lock here and no changes: a read that cannot be used raises `_Unusable` (what failed and why, and
 which block when it was one), and `DiskTier` decides, in line with the directory, whether that is damage
 (the entry, or every entry using the block, removed and logged) or only a row another writer removed
 meanwhile (a miss).
@@ -19,10 +19,10 @@ from caches.disk.mirror import Item
 from caches.disk.store import BLK, REC, TierStore
 from runtime.errors import MissingValueFile, UnsafeRecord
 
-__all__ = ["Unusable", "read_state"]
+__all__ = ["_Unusable", "read_state"]
 
 
-class Unusable(Exception):
+class _Unusable(Exception):
     """A row that cannot be used: `reason` and `detail` as `disk_tier.rejected` logs them; `block` the
     block's key when it was a block's row."""
 
@@ -31,18 +31,18 @@ class Unusable(Exception):
         self.reason, self.detail, self.block = reason, detail, block
 
 
-def _unusable(e: BaseException, block: bytes | None = None) -> Unusable:
-    return Unusable(*rejection(e), block)
+def _unusable(e: BaseException, block: bytes | None = None) -> _Unusable:
+    return _Unusable(*rejection(e), block)
 
 
 def _open(store: TierStore, key: str, block: bytes | None) -> tuple[Any, int]:
-    """(file, size) of a row stored as a file (or as bytes); Unusable if it is absent or unreadable."""
+    """(file, size) of a row stored as a file (or as bytes); _Unusable if it is absent or unreadable."""
     try:
         handle: Any = store.get(key, read=True)
     except (UnsafeRecord, MissingValueFile, OSError) as e:
         raise _unusable(e, block) from e
     if handle is None:
-        raise Unusable("missing", "no block record" if block else "no state record", block)
+        raise _Unusable("missing", "no block record" if block else "no state record", block)
     if isinstance(handle, bytes):
         return io.BytesIO(handle), len(handle)
     try:
@@ -53,7 +53,7 @@ def _open(store: TierStore, key: str, block: bytes | None) -> tuple[Any, int]:
 
 
 def read_state(store: TierStore, d: str, item: Item, fp: bytes, settings: str | bytes) -> tuple[memoryview, int]:
-    """The entry's whole payload (a read-only view of one buffer) and the bytes read; raises Unusable."""
+    """The entry's whole payload (a read-only view of one buffer) and the bytes read; raises _Unusable."""
     f, size = _open(store, REC + d, None)
     try:
         with f:

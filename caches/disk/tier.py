@@ -60,7 +60,7 @@ from caches.disk.format import (
     tokens_to_bytes,
 )
 from caches.disk.mirror import Item, Mirror
-from caches.disk.reads import Unusable, read_state
+from caches.disk.reads import _Unusable, read_state
 from caches.disk.stats import DiskTierStats, TierCounters
 from caches.disk.store import BLK, IDX, MAN, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
@@ -418,7 +418,7 @@ class DiskTier:
         line with the directory, the entry (or every entry using a bad block) is removed if it is still there."""
         try:
             payload, size = read_state(self._store, d, item, self._fp, self.settings)
-        except Unusable as e:
+        except _Unusable as e:
             with self._lock, self._write():
                 if e.block is not None and e.block in self._m.blocks:
                     self._bad_block(e.block, e.reason, e.detail)

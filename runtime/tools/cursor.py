@@ -1,7 +1,7 @@
 """The cursor the scanner reads a reply with: the reads of `runtime.tools.reader` (a literal next, text up
 to a closer, a JSON value that may be cut), the shapes of `runtime.tools.shapes` (LFM2, Gemma 4, harmony)
-and here the JSON, name-then-JSON and XML shapes. It raises `More` when the text stops inside a construct
-(a prefix: the caller keeps what is fixed so far) and `Bad` when the text cannot be the syntax; the calls
+and here the JSON, name-then-JSON and XML shapes. It raises `_More` when the text stops inside a construct
+(a prefix: the caller keeps what is fixed so far) and `_Bad` when the text cannot be the syntax; the calls
 it reads go to `calls` as soon as their names are complete.
 """
 
@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 from runtime.tools import partial_json as pj
-from runtime.tools.reader import Bad, More, RawCall, held_back, string_typed
+from runtime.tools.reader import RawCall, _Bad, _More, held_back, string_typed
 from runtime.tools.shapes import Shapes
 
-__all__ = ["Bad", "Cursor", "More", "RawCall", "held_back", "string_typed"]
+__all__ = ["Cursor", "RawCall", "_Bad", "_More", "held_back", "string_typed"]
 
 
 class Cursor(Shapes):
@@ -30,7 +30,7 @@ class Cursor(Shapes):
                 if s.section_close and self.maybe(s.section_close):
                     return
                 if self.at_end():
-                    raise More
+                    raise _More
                 self.call()
                 if not s.section_close:
                     self.ws()
@@ -54,7 +54,7 @@ class Cursor(Shapes):
         elif shape == "gemma":
             self.gemma_call()
         else:
-            raise Bad(f"no scanner for shape {shape}")
+            raise _Bad(f"no scanner for shape {shape}")
 
     def json_call(self) -> None:
         s = self.s
@@ -66,13 +66,13 @@ class Cursor(Shapes):
         node = self.json_value()
         if s.array:
             if node.kind not in ("array", "pending"):
-                raise Bad("the tool calls must be a JSON array")
+                raise _Bad("the tool calls must be a JSON array")
             for item in node.items:
                 self.json_object_call(item)
         else:
             self.json_object_call(node)
         if not node.complete:
-            raise More
+            raise _More
         self.ws()
         if s.args_close:
             self.expect(s.args_close)
@@ -83,40 +83,40 @@ class Cursor(Shapes):
     def json_object_call(self, node: pj.Node) -> None:
         s = self.s
         if node.kind == "pending":
-            raise More
+            raise _More
         if node.kind != "object":
-            raise Bad("a tool call must be a JSON object")
+            raise _Bad("a tool call must be a JSON object")
         if s.name_is_key:  # {NAME: {args}}
             if not node.keys:
                 if node.complete:
-                    raise Bad("a tool call needs the tool's name as its key")
-                raise More
+                    raise _Bad("a tool call needs the tool's name as its key")
+                raise _More
             if len(node.keys) > 1:
-                raise Bad("a tool call has one key, the tool's name")
+                raise _Bad("a tool call has one key, the tool's name")
             call = RawCall(node.keys[0])
             self.calls.append(call)
             self.set_args(call, node.items[0])
             call.complete = node.complete
             if node.items[0].kind not in ("object", "pending"):
-                raise Bad(f"{call.name}: arguments are not a JSON object")
+                raise _Bad(f"{call.name}: arguments are not a JSON object")
             return
         name = node.get(s.name_key)
         if name is None or not name.complete:
             if node.complete:
-                raise Bad(f"the call's {s.name_key} is missing, not a string")
-            raise More
+                raise _Bad(f"the call's {s.name_key} is missing, not a string")
+            raise _More
         if name.kind != "string":
-            raise Bad(f"the call's name is {name.kind}, not a string")
+            raise _Bad(f"the call's name is {name.kind}, not a string")
         call = RawCall(name.scalar)
         self.calls.append(call)
         if s.id_key:
             written = node.get(s.id_key)
             if written is None and not node.complete:  # the id may still come: the call waits for it
                 self.calls.pop()
-                raise More
+                raise _More
             if written is not None and not written.complete:
                 self.calls.pop()
-                raise More
+                raise _More
             if written is not None and written.kind in ("string", "scalar"):
                 call.written_id = str(written.scalar)
         args = node.get(s.args_key)
@@ -148,7 +148,7 @@ class Cursor(Shapes):
             if sep and idx.isdigit():
                 name = base
         if not name or any(c in name for c in "<>[]{}\n\"'"):
-            raise Bad(f"bad tool name {name!r}")
+            raise _Bad(f"bad tool name {name!r}")
         call = RawCall(name, written_id or before_id or None)
         self.calls.append(call)
         self.ws()
@@ -156,12 +156,12 @@ class Cursor(Shapes):
             self.expect(s.args_open)
         node = self.json_value()
         if node.kind == "pending" and self.at_end():
-            raise More
+            raise _More
         if node.kind != "object":
-            raise Bad(f"{name}: arguments are not a JSON object")
+            raise _Bad(f"{name}: arguments are not a JSON object")
         self.set_args(call, node)
         if not node.complete:
-            raise More
+            raise _More
         self.ws()
         if s.args_close:
             self.expect(s.args_close)
@@ -183,11 +183,11 @@ class Cursor(Shapes):
             while k < len(self.text) and self.text[k] not in "\n<":
                 k += 1
             if k == len(self.text):
-                raise More
+                raise _More
             name, self.i = self.text[self.i : k], k
         name = name.strip()
         if not name or any(c in name for c in "<>=\"'\n"):
-            raise Bad(f"bad tool name {name!r}")
+            raise _Bad(f"bad tool name {name!r}")
         if s.fn_head_end:
             self.until(s.fn_head_end)
         call = RawCall(name, arguments="{")
@@ -201,7 +201,7 @@ class Cursor(Shapes):
                 break
             if not s.fn_close and self.peek(s.call_close) is not False:
                 if self.peek(s.call_close) is None:
-                    raise More
+                    raise _More
                 break
             self.expect(s.param_open, "(a parameter)")
             key, _ = self.until(s.param_name_end)
@@ -222,7 +222,7 @@ class Cursor(Shapes):
                     if s.value_newlines:
                         raw = raw.removeprefix("\n").removesuffix("\n")
                     call.arguments += json.dumps(raw, ensure_ascii=False)[:-1]
-                raise More
+                raise _More
             raw = self.text[start:k]
             self.i = k + len(closer)
             if s.value_newlines:

@@ -190,7 +190,7 @@ class GenericFormat(ToolFormat):
             return PartialReply(text)
         try:
             node, _ = pj.parse(body, 0)
-        except (pj.BadJSON, RecursionError):
+        except (pj._BadJSON, RecursionError):
             return PartialReply("")
         if node.kind != "object":
             return PartialReply("")

@@ -83,7 +83,7 @@ class Llama3Format(ToolFormat):
             return PartialReply(text)
         try:
             node, _ = pj.parse(body, 0)
-        except (pj.BadJSON, RecursionError):
+        except (pj._BadJSON, RecursionError):
             return PartialReply("")
         name = node.get("name")
         if name is None or not name.complete or name.kind != "string":

@@ -3,7 +3,7 @@
 `parse(text, i)` reads the JSON value at `text[i:]` and returns a `Node` tree and the index after it; a
 value cut by the end of `text` comes back incomplete (objects, arrays and strings hold what they have so
 far; a number or literal still being written has no value yet), and text that can no longer become JSON
-raises `BadJSON`. `canonical(node)` is the JSON text of a node in `json.dumps(value, ensure_ascii=False)`
+raises `_BadJSON`. `canonical(node)` is the JSON text of a node in `json.dumps(value, ensure_ascii=False)`
 form; for an incomplete node it is the part of that text already fixed, so for every prefix of a value the
 canonical text is a prefix of the complete value's canonical text (the streaming invariant of tool-call
 arguments). Numbers appear once a delimiter ends them, in Python's form (`1.50` becomes `1.5`); a string's
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BadJSON", "Node", "canonical", "parse", "value"]
+__all__ = ["Node", "_BadJSON", "canonical", "parse", "value"]
 
 _WS = " \t\r\n"
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
@@ -28,7 +28,7 @@ _LITERALS = {"true": True, "false": False, "null": None, "NaN": float("nan"), "I
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-class BadJSON(Exception):
+class _BadJSON(Exception):
     """The text cannot be (a prefix of) JSON; `args[0]` says why."""
 
 
@@ -84,14 +84,14 @@ def parse(text: str, i: int = 0) -> tuple[Node, int]:
             return Node("pending", False), j
         full = _NUMBER.fullmatch(text, i, j)
         if full is None:
-            raise BadJSON(f"bad number at {i}")
+            raise _BadJSON(f"bad number at {i}")
         return Node("scalar", True, json.loads(text[i:j])), j
     for word, val in _LITERALS.items():
         if text.startswith(word, i):
             return Node("scalar", True, val), i + len(word)
         if word.startswith(text[i:]):
             return Node("pending", False), len(text)
-    raise BadJSON(f"unexpected {c!r} at {i}")
+    raise _BadJSON(f"unexpected {c!r} at {i}")
 
 
 def _string(text: str, i: int) -> tuple[str, int, bool]:
@@ -110,16 +110,16 @@ def _string(text: str, i: int) -> tuple[str, int, bool]:
                 i += 2
                 continue
             if e != "u":
-                raise BadJSON(f"bad escape at {i}")
+                raise _BadJSON(f"bad escape at {i}")
             hexs = text[i + 2 : i + 6]
             if len(hexs) < 4:
                 if not all(h in "0123456789abcdefABCDEF" for h in hexs):
-                    raise BadJSON(f"bad escape at {i}")
+                    raise _BadJSON(f"bad escape at {i}")
                 return "".join(out), n, False
             try:
                 code = int(hexs, 16)
             except ValueError:
-                raise BadJSON(f"bad escape at {i}") from None
+                raise _BadJSON(f"bad escape at {i}") from None
             i += 6
             if 0xD800 <= code < 0xDC00:  # a high surrogate: its pair must follow
                 if i >= n or (text.startswith("\\", i) and i + 6 > n):
@@ -128,7 +128,7 @@ def _string(text: str, i: int) -> tuple[str, int, bool]:
                     try:
                         low = int(text[i + 2 : i + 6], 16)
                     except ValueError:
-                        raise BadJSON(f"bad escape at {i}") from None
+                        raise _BadJSON(f"bad escape at {i}") from None
                     if 0xDC00 <= low < 0xE000:
                         out.append(chr(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)))
                         i += 6
@@ -136,7 +136,7 @@ def _string(text: str, i: int) -> tuple[str, int, bool]:
             out.append(chr(code))
             continue
         if c < " ":
-            raise BadJSON(f"control character in a string at {i}")
+            raise _BadJSON(f"control character in a string at {i}")
         out.append(c)
         i += 1
     return "".join(out), n, False
@@ -153,7 +153,7 @@ def _object(text: str, i: int) -> tuple[Node, int]:
         if i >= len(text):
             return node, i
         if text[i] != '"':
-            raise BadJSON(f"expected a key at {i}")
+            raise _BadJSON(f"expected a key at {i}")
         key, i, done = _string(text, i + 1)
         if not done:
             node.partial_key = key
@@ -163,7 +163,7 @@ def _object(text: str, i: int) -> tuple[Node, int]:
             node.partial_key = key
             return node, i
         if text[i] != ":":
-            raise BadJSON(f"expected ':' at {i}")
+            raise _BadJSON(f"expected ':' at {i}")
         val, i = parse(text, i + 1)
         node.keys.append(key)
         node.items.append(val)
@@ -176,7 +176,7 @@ def _object(text: str, i: int) -> tuple[Node, int]:
             node.complete = True
             return node, i + 1
         if text[i] != ",":
-            raise BadJSON(f"expected ',' or '}}' at {i}")
+            raise _BadJSON(f"expected ',' or '}}' at {i}")
         i += 1
 
 
@@ -200,7 +200,7 @@ def _array(text: str, i: int) -> tuple[Node, int]:
             node.complete = True
             return node, i + 1
         if text[i] != ",":
-            raise BadJSON(f"expected ',' or ']' at {i}")
+            raise _BadJSON(f"expected ',' or ']' at {i}")
         i += 1
 
 

@@ -1,4 +1,4 @@
-"""The scanner's primitives: `RawCall` (a call as written), `More` / `Bad` (the text stops inside a construct /
+"""The scanner's primitives: `RawCall` (a call as written), `_More` / `_Bad` (the text stops inside a construct /
 cannot be the syntax), and `Reader`, a position in the text with the reads every shape needs (a literal
 next, text up to a closer, a JSON value that may be cut). `runtime.tools.cursor` adds the shapes.
 """
@@ -14,7 +14,7 @@ from runtime.tools import partial_json as pj
 from runtime.tools.families import ToolSyntax
 from runtime.tools.spec import Tool
 
-__all__ = ["Bad", "More", "RawCall", "Reader", "held_back", "string_typed"]
+__all__ = ["RawCall", "Reader", "_Bad", "_More", "held_back", "string_typed"]
 
 _WS = " \t\r\n"
 
@@ -31,11 +31,11 @@ class RawCall:
     complete: bool = False
 
 
-class More(Exception):
+class _More(Exception):
     """The text stopped before the current construct ended."""
 
 
-class Bad(Exception):
+class _Bad(Exception):
     """The text cannot be this syntax; `args[0]` says why."""
 
 
@@ -96,31 +96,31 @@ class Reader:
             return
         got = self.peek(lit)
         if got is None:
-            raise More
+            raise _More
         if not got:
-            raise Bad(f"expected {lit!r}{' ' + what if what else ''} at {self.i}")
+            raise _Bad(f"expected {lit!r}{' ' + what if what else ''} at {self.i}")
         self.i += len(lit)
 
     def maybe(self, lit: str) -> bool:
-        """Consume `lit` if it is next; `More` if the text ends inside it."""
+        """Consume `lit` if it is next; `_More` if the text ends inside it."""
         if not lit:
             return False
         got = self.peek(lit)
         if got is None:
-            raise More
+            raise _More
         if got:
             self.i += len(lit)
         return bool(got)
 
     def until(self, *ends: str) -> tuple[str, str]:
-        """The text up to the first of `ends` and which end it was (consumed); `More` if none comes yet."""
+        """The text up to the first of `ends` and which end it was (consumed); `_More` if none comes yet."""
         best, which = -1, ""
         for end in ends:
             k = self.text.find(end, self.i)
             if k >= 0 and (best < 0 or k < best):
                 best, which = k, end
         if best < 0:
-            raise More
+            raise _More
         out = self.text[self.i : best]
         self.i = best + len(which)
         return out, which
@@ -128,8 +128,8 @@ class Reader:
     def json_value(self) -> pj.Node:
         try:
             node, self.i = pj.parse(self.text, self.i)
-        except (pj.BadJSON, RecursionError) as err:
-            raise Bad(f"not JSON ({err})") from None
+        except (pj._BadJSON, RecursionError) as err:
+            raise _Bad(f"not JSON ({err})") from None
         return node
 
     def tool(self, name: str) -> Tool | None:

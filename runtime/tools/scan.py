@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from runtime.tools.cursor import Bad, Cursor, More, RawCall, held_back, string_typed
+from runtime.tools.cursor import Cursor, RawCall, _Bad, _More, held_back, string_typed
 from runtime.tools.families import ToolSyntax
 from runtime.tools.spec import Tool
 
@@ -144,11 +144,11 @@ def scan(syntax: ToolSyntax, text: str, tools: Sequence[Tool], final: bool) -> S
             bare_first = text.startswith(syntax.bare_open, k)
         try:
             cur.block()
-        except More:
+        except _More:
             if final:
                 error = "the tool call is not complete JSON or is not closed"
             break
-        except Bad as bad:
+        except _Bad as bad:
             error = str(bad.args[0])
             break
         pos = cur.i

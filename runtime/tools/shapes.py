@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from runtime.tools import partial_json as pj
-from runtime.tools.reader import Bad, More, RawCall, Reader
+from runtime.tools.reader import RawCall, Reader, _Bad, _More
 
 __all__ = ["Shapes"]
 
@@ -18,18 +18,18 @@ _GQ = '<|"|>'  # Gemma 4's string quote
 
 
 def _python_value(text: str) -> Any:
-    """A Python literal (or JSON) as a JSON value; `Bad` if it is neither."""
+    """A Python literal (or JSON) as a JSON value; `_Bad` if it is neither."""
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
         try:
             return json.loads(text)
         except (ValueError, RecursionError):
-            raise Bad(f"{text[:40]!r} is not a Python literal or JSON") from None
+            raise _Bad(f"{text[:40]!r} is not a Python literal or JSON") from None
     try:
         json.dumps(value, allow_nan=True)
     except (TypeError, ValueError):
-        raise Bad(f"{text[:40]!r} is not a JSON value") from None
+        raise _Bad(f"{text[:40]!r} is not a JSON value") from None
     return json.loads(json.dumps(value))  # tuples to lists
 
 
@@ -49,10 +49,10 @@ class Shapes(Reader):
             while k < len(self.text) and (self.text[k].isalnum() or self.text[k] in "_.-"):
                 k += 1
             if k == len(self.text):
-                raise More
+                raise _More
             name, self.i = self.text[self.i : k], k
             if not name:
-                raise Bad("a call needs a tool name")
+                raise _Bad("a call needs a tool name")
             self.expect("(")
             call = RawCall(name, arguments="{")
             self.calls.append(call)
@@ -68,7 +68,7 @@ class Shapes(Reader):
                 key, _ = self.until("=")
                 key = key.strip()
                 if not key.isidentifier():
-                    raise Bad(f"{name}: bad argument name {key!r}")
+                    raise _Bad(f"{name}: bad argument name {key!r}")
                 call.arguments = "{" + "".join(p + ", " for p in parts) + json.dumps(key, ensure_ascii=False) + ": "
                 val = _python_value(self._literal())
                 values[key] = val
@@ -107,10 +107,10 @@ class Shapes(Reader):
                 break
             k += 1
         if k >= len(self.text):
-            raise More
+            raise _More
         out, self.i = self.text[self.i : k].strip(), k
         if not out:
-            raise Bad("an argument without a value")
+            raise _Bad("an argument without a value")
         return out
 
     def gemma_call(self) -> None:
@@ -121,7 +121,7 @@ class Shapes(Reader):
         name, _ = self.until("{")
         name = name.strip()
         if not name or any(c in name for c in "<>{}:,\"' \n"):
-            raise Bad(f"bad tool name {name!r}")
+            raise _Bad(f"bad tool name {name!r}")
         call = RawCall(name, arguments="{")
         self.calls.append(call)
         values: dict[str, Any] = {}
@@ -151,7 +151,7 @@ class Shapes(Reader):
         elif self.peek('"'):
             node = self.json_value()
             if not node.complete:
-                raise More
+                raise _More
             key = str(node.scalar)
         else:
             key, _ = self.until(":")
@@ -167,7 +167,7 @@ class Shapes(Reader):
         if self.peek('"'):
             node = self.json_value()
             if not node.complete:
-                raise More
+                raise _More
             return pj.value(node)
         if self.maybe("{"):
             out: dict[str, Any] = {}
@@ -193,14 +193,14 @@ class Shapes(Reader):
         while k < len(self.text) and self.text[k] not in ",}]":
             k += 1
         if k == len(self.text):
-            raise More
+            raise _More
         word, self.i = self.text[self.i : k].strip(), k
         if word in ("None", "null"):
             return None
         try:
             return json.loads(word)  # numbers, true, false
         except ValueError:
-            raise Bad(f"{word[:40]!r} is not a value") from None
+            raise _Bad(f"{word[:40]!r} is not a value") from None
 
     def harmony_call(self) -> None:
         """gpt-oss: `to=functions.NAME`, the rest of the channel header, `<|message|>`, the JSON arguments,
@@ -210,24 +210,24 @@ class Shapes(Reader):
         name = name.strip()
         name = name.split("<|channel|>")[0].split("<|constrain|>")[0].split()[0] if name.strip() else ""
         if not name or any(c in name for c in "<>{}\"'"):
-            raise Bad(f"bad tool name {name!r}")
+            raise _Bad(f"bad tool name {name!r}")
         call = RawCall(name)
         self.calls.append(call)
         node = self.json_value()
         if node.kind == "pending" and self.at_end():
-            raise More
+            raise _More
         if node.kind != "object":
-            raise Bad(f"{name}: arguments are not a JSON object")
+            raise _Bad(f"{name}: arguments are not a JSON object")
         self.set_args(call, node)
         if not node.complete:
-            raise More
+            raise _More
         self.ws()
         if self.at_end():  # `<|call|>` is a stop: the text ends with the arguments
             call.complete = True
             return
         for end in ("<|call|>", "<|end|>"):
             if self.peek(end) is None:
-                raise More
+                raise _More
             if self.maybe(end):
                 break
         call.complete = True
