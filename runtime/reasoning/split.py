@@ -101,7 +101,8 @@ class Splitter:
     def _run(self, final: bool) -> list[str]:
         out: list[str] = []
         if self._plain or self.fmt is None:  # as llama-server's "none": the text, without the answer's headers
-            headers = self.fmt.content_prefixes if self.fmt is not None else ()
+            # a header that is also the block's tag (MiniMax M3's bare `</mm:think>`) stays text, as the tag does
+            headers = tuple(h for h in self.fmt.content_prefixes if h not in self.fmt.tags[:2]) if self.fmt else ()
             buf = self._buf
             for header in headers:
                 buf = buf.replace(header, "")
