@@ -26,7 +26,7 @@ from runtime.backend.protocol import SlotBackend
 from runtime.log import get_logger
 from runtime.loop import validate
 from runtime.reasoning import ReasoningOptions
-from runtime.reply import Reply
+from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http import anthropic
 from runtime.serve.http.anthropic import CountRequest, MessagesCall, MessagesRequest
@@ -122,7 +122,7 @@ class MessagesEndpoint:
 
     async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: _Phase) -> None:
         items = cast(
-            AsyncGenerator[str | Reply, None],
+            AsyncGenerator[str | ToolCallDelta | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
         )
         async with contextlib.aclosing(items):
@@ -131,9 +131,10 @@ class MessagesEndpoint:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             await send({"type": "http.response.body", "body": events.start(), "more_body": True})
             try:
-                item: str | Reply = first
+                item: str | ToolCallDelta | Reply = first
                 while not isinstance(item, Reply):
-                    chunk = events.piece(item)
+                    # tool calls go out whole from the final reply (tool_use blocks), not piece by piece
+                    chunk = b"" if isinstance(item, ToolCallDelta) else events.piece(item)
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     item = await anext(items)

@@ -32,7 +32,7 @@ from runtime.api import Runtime
 from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply
+from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send
 from runtime.serve.http import responses_convert as rc
 from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
@@ -319,16 +319,19 @@ class ResponsesApi:
         log.info("responses.done", response_id=plan.id, stored=plan.session is not None, status=final["status"])
 
     async def _stream(self, rt: Runtime, plan: _Plan, send: Send) -> None:
-        items = cast(AsyncGenerator[str | Reply, None], rt.complete_stream(plan.messages(), **self._kwargs(plan)))
+        items = cast(
+            AsyncGenerator[str | ToolCallDelta | Reply, None], rt.complete_stream(plan.messages(), **self._kwargs(plan))
+        )
         async with contextlib.aclosing(items):
             first = await anext(items)  # errors until the first piece get their own status
             writer = EventWriter(plan.response(self.state.model))
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             await send({"type": "http.response.body", "body": writer.start(), "more_body": True})
             try:
-                item: str | Reply = first
+                item: str | ToolCallDelta | Reply = first
                 while not isinstance(item, Reply):
-                    if item:
+                    # function calls go out whole from the final reply, not piece by piece
+                    if item and not isinstance(item, ToolCallDelta):
                         chunk = writer.piece(str(item), isinstance(item, Reasoning))
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     item = await anext(items)
