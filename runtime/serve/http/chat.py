@@ -14,8 +14,6 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import cast
 
-import anyio
-import anyio.abc
 import msgspec
 
 from runtime.api import Runtime
@@ -31,6 +29,7 @@ from runtime.serve.http.schema import ChatRequest
 from runtime.serve.http.sse import ChunkWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.watch import Phase, run_watched
 
 __all__ = ["ChatEndpoint", "read_body", "send_bytes", "send_error"]
 
@@ -86,13 +85,6 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
             return b"".join(chunks)
 
 
-class _Phase:
-    """Where a request is: `ending` once its last bytes are being sent, `gone` if its client left before."""
-
-    ending = False
-    gone = False
-
-
 class ChatEndpoint:
     """The chat completions endpoint (an ASGI app for one route)."""
 
@@ -115,32 +107,22 @@ class ChatEndpoint:
         except Exception as e:  # before anything was queued: an error response
             await send_error(send, to_api_error(e))
             return
-        phase = _Phase()
-        async with anyio.create_task_group() as tg:
 
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                if not phase.ending:  # not the disconnect that follows the end of our response
-                    phase.gone = True
-                    tg.cancel_scope.cancel()
+        async def work(phase: Phase) -> None:
+            if call.stream:
+                await self._stream(rt, call, send, phase)
+            else:
+                await self._complete(rt, call, send, phase)
 
-            tg.start_soon(watch)
-            try:
-                if call.stream:
-                    await self._stream(rt, call, send, phase)
-                else:
-                    await self._complete(rt, call, send, phase)
-            except Exception as e:
-                phase.ending = True
-                await send_error(send, to_api_error(e))
-            phase.ending = True
-            tg.cancel_scope.cancel()
+        async def fail(e: Exception) -> None:
+            await send_error(send, to_api_error(e))
+
+        phase = await run_watched(receive, work, fail)
         if phase.gone:
             self.state.disconnects += 1
             log.info("serve.client_gone", session_id=call.session_id, stream=call.stream)
 
-    async def _complete(self, rt: Runtime, call: Call, send: Send, phase: _Phase) -> None:
+    async def _complete(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
             call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
         )
@@ -148,7 +130,7 @@ class ChatEndpoint:
         phase.ending = True
         await send_bytes(send, 200, body)
 
-    async def _stream(self, rt: Runtime, call: Call, send: Send, phase: _Phase) -> None:
+    async def _stream(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         items = cast(
             AsyncGenerator[Piece | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),

@@ -35,6 +35,7 @@ from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_erro
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.watch import Phase, run_watched
 from runtime.tools.plan import ToolPlan
 
 __all__ = ["PATHS", "CountTokensEndpoint", "MessagesEndpoint", "count_tokens", "routes"]
@@ -62,11 +63,6 @@ async def _body(scope: Scope, receive: Receive, limit: int) -> bytes:
     return body
 
 
-class _Phase:
-    ending = False  # the last bytes are being sent
-    gone = False  # the client left before
-
-
 class MessagesEndpoint:
     """POST /v1/messages."""
 
@@ -87,32 +83,22 @@ class MessagesEndpoint:
         except Exception as e:  # before anything was queued: an error response
             await _fail(send, e)
             return
-        phase = _Phase()
-        async with anyio.create_task_group() as tg:
 
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                if not phase.ending:  # not the disconnect that follows the end of our response
-                    phase.gone = True
-                    tg.cancel_scope.cancel()
+        async def work(phase: Phase) -> None:
+            if call.stream:
+                await self._stream(rt, call, send, phase)
+            else:
+                await self._complete(rt, call, send, phase)
 
-            tg.start_soon(watch)
-            try:
-                if call.stream:
-                    await self._stream(rt, call, send, phase)
-                else:
-                    await self._complete(rt, call, send, phase)
-            except Exception as e:
-                phase.ending = True
-                await _fail(send, e)
-            phase.ending = True
-            tg.cancel_scope.cancel()
+        async def fail(e: Exception) -> None:
+            await _fail(send, e)
+
+        phase = await run_watched(receive, work, fail)
         if phase.gone:
             self.state.disconnects += 1
             log.info("serve.client_gone", session_id=call.session_id, stream=call.stream, api="messages")
 
-    async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: _Phase) -> None:
+    async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
             call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
         )
@@ -120,7 +106,7 @@ class MessagesEndpoint:
         phase.ending = True
         await send_bytes(send, 200, msgspec.json.encode(body))
 
-    async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: _Phase) -> None:
+    async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         items = cast(
             AsyncGenerator[str | ToolCallDelta | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),

@@ -42,6 +42,7 @@ from runtime.serve.http.responses_store import Record, ResponseStore
 from runtime.serve.http.responses_stream import EventWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
+from runtime.serve.http.watch import Phase, run_watched
 
 __all__ = ["PATHS", "ResponsesApi"]
 
@@ -213,37 +214,26 @@ class ResponsesApi:
                 await self._abandon(plan)
             await send_error(send, to_api_error(e))
             return
-        ending = gone = False
+
+        async def work(phase: Phase) -> None:
+            if req.stream:
+                await self._stream(rt, plan, send)
+            else:
+                final = await self._finish(rt, plan, await self._run(rt, plan))
+                await self._keep(plan, final)
+                phase.ending = True
+                await send_bytes(send, 200, msgspec.json.encode(final))
+
+        async def fail(e: Exception) -> None:
+            await send_error(send, to_api_error(e))
+
         try:
-            async with anyio.create_task_group() as tg:
-
-                async def watch() -> None:
-                    nonlocal gone
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    if not ending:
-                        gone = True
-                        tg.cancel_scope.cancel()
-
-                tg.start_soon(watch)
-                try:
-                    if req.stream:
-                        await self._stream(rt, plan, send)
-                    else:
-                        final = await self._finish(rt, plan, await self._run(rt, plan))
-                        await self._keep(plan, final)
-                        ending = True
-                        await send_bytes(send, 200, msgspec.json.encode(final))
-                except Exception as e:
-                    ending = True
-                    await send_error(send, to_api_error(e))
-                ending = True
-                tg.cancel_scope.cancel()
+            phase = await run_watched(receive, work, fail)
         finally:
             if not plan.recorded:  # an error, or the client left: the session is free again, or goes
                 with anyio.CancelScope(shield=True):
                     await self._abandon(plan)
-        if gone:
+        if phase.gone:
             self.state.disconnects += 1
             log.info("responses.client_gone", response_id=plan.id, stream=req.stream)
 
