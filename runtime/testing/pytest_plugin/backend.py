@@ -315,6 +315,7 @@ def _request(req: SlotRequest) -> dict[str, Any]:
         g = req.grammar
         grammar = {"gbnf": g.gbnf, "lazy": g.lazy, "triggers": list(g.trigger_patterns), "prefill": g.prefill}
     sampling: dict[str, Any] = msgspec.to_builtins(req.sampling)
+    del sampling["speculative"]  # the session's or turn's choice: recorded as the request's `speculative`
     budget = msgspec.to_builtins(req.budget) if req.budget is not None else None
     return {"sampling": sampling, "grammar": grammar, "budget": budget, "speculative": req.speculative}
 
