@@ -13,7 +13,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx2 as httpx
 import openai
 import pytest
@@ -24,9 +23,9 @@ from runtime import Runtime
 from runtime.backend.protocol import SlotRequest, SlotResult
 from runtime.errors import InvalidConfig, InvalidSampling
 from runtime.serve.http import app as make_app
-from runtime.serve.http.server import bind, serve, url_of
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore, Session, history
+from tests.uvicorn_server import uvicorn_server
 
 PASSAGE = (
     "The old lighthouse stood at the edge of the northern cliffs, where the wind came in hard from the sea "
@@ -198,9 +197,9 @@ async def test_llama_server_rules_keep_speculation_off(smollm2_path: Path, tmp_p
 
 
 @asynccontextmanager
-async def served(model: Path, **kw: Any) -> AsyncIterator[tuple[str, list[Runtime]]]:
+async def served(model: Path, **kw: Any) -> AsyncIterator[tuple[str, Runtime]]:
     """A real uvicorn server on a free loopback port over a Runtime on `model` (the Runtime handed back too)."""
-    sock, ready, opened = bind("127.0.0.1", 0), anyio.Event(), []
+    opened: list[Runtime] = []
 
     @asynccontextmanager
     async def open_runtime() -> AsyncIterator[Runtime]:
@@ -208,19 +207,12 @@ async def served(model: Path, **kw: Any) -> AsyncIterator[tuple[str, list[Runtim
             opened.append(rt)
             yield rt
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(open_runtime, sock=sock, on_ready=lambda _url: ready.set()))
-        with anyio.fail_after(120):
-            await ready.wait()
-        try:
-            yield url_of(sock), opened
-        finally:
-            tg.cancel_scope.cancel()
+    async with uvicorn_server(open_runtime, ready_within=120) as url:
+        yield url, opened[0]
 
 
 async def test_http_requests_choose_with_the_official_clients(smollm2_path: Path) -> None:
-    async with served(smollm2_path, speculative="ngram") as (url, opened):  # `turnstile serve --spec ngram`
-        rt = opened[0]
+    async with served(smollm2_path, speculative="ngram") as (url, rt):  # `turnstile serve --spec ngram`
         oai = AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         msgs: Any = [{"role": "user", "content": COPY}]
 
