@@ -165,7 +165,10 @@ class Runtime(SessionOps):
         then holds only the disk tier. Engine options: the other `EngineConfig` fields (llama-server's
         defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
         speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
-        tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off.
+        tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off. A session
+        (`create_session(sid, speculative=...)`) and a turn (`speculative="ngram" | "none"`) may choose for
+        themselves (the turn's choice, else the session's, else this); cache_rules "llama-server" refuses
+        "ngram" here and keeps speculation off for every turn.
         shared_blocks N: the RAM prompt cache keeps states as blocks of N KV cells, each shared prefix once
         (`caches.blocks`; 64 measured best); None (default): whole states.
         reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message,

@@ -157,6 +157,8 @@ class RuntimeConfig:
             )
         if self.speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {self.speculative!r}")
+        if self.speculative is not None and self.cache_rules == "llama-server":
+            raise InvalidConfig("speculative='ngram' needs cache_rules='turnstile' (llama-server's rules keep it off)")
         limit = default_limit_bytes() if ram is None else None if ram == 0 else 0 if ram < 0 else ram << 20
         object.__setattr__(self, "ram_limit", limit)
 

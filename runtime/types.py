@@ -15,6 +15,8 @@ __all__ = [
     "FinishReason",
     "RequestKind",
     "Speculative",
+    "SpeculativeChoice",
+    "speculation_flag",
 ]
 
 MAX_SESSIONS = 64
@@ -27,6 +29,12 @@ CacheRules = Literal["turnstile", "llama-server"]
 CACHE_RULES: tuple[CacheRules, ...] = ("turnstile", "llama-server")
 Speculative = Literal["ngram"] | None  # draft-less speculative decoding from the conversation's n-grams, or off
 SPECULATIVE: tuple[Speculative, ...] = ("ngram", None)
+SpeculativeChoice = Literal["ngram", "none"]  # a session's or a turn's speculation: on or off (None: the runtime's)
+
+
+def speculation_flag(choice: str | None) -> bool | None:
+    """A session's or a turn's choice as the slot request's flag: True on, False off, None the slot's setting."""
+    return None if choice is None else choice == "ngram"
 
 
 class RequestKind(enum.StrEnum):

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from runtime.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
-from sessions.model import REASONING_CONTROLS, Message, Sampling, Session, ToolCall, check_session_id
+from sessions.model import INHERITED, Message, Sampling, Session, ToolCall, check_session_id
 
 FORMAT = "turnstile.session/1"
 
@@ -230,9 +230,9 @@ def _export_message(m: Message) -> dict[str, Any]:
 
 
 def _export_sampling(sampling: Sampling) -> dict[str, Any]:
-    """The settings, reasoning controls left out while they inherit (None): the shape of older documents."""
+    """The settings, those that inherit the runtime's (None) left out: the shape of older documents."""
     values = msgspec.structs.asdict(sampling)
-    return {k: v for k, v in values.items() if not (k in REASONING_CONTROLS and v is None)}
+    return {k: v for k, v in values.items() if not (k in INHERITED and v is None)}
 
 
 def export(session: Session) -> str:

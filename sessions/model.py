@@ -120,7 +120,8 @@ def _is_int(value: object) -> bool:
 class Sampling(msgspec.Struct, frozen=True):
     """Sampling settings, defaulting to llama-server's; `seed=None` is random, `max_tokens=None` no limit.
 
-    The last five are a thinking model's controls (`runtime.reasoning.options`); None inherits the runtime's.
+    The reasoning controls are a thinking model's (`runtime.reasoning.options`) and `speculative` is the slot's
+    n-gram speculation ("ngram" on, "none" off); for all of them None inherits the runtime's setting.
     """
 
     temperature: float = 0.8
@@ -140,6 +141,7 @@ class Sampling(msgspec.Struct, frozen=True):
     reasoning_budget_message: str | None = None  # text forced before the closer when the budget is spent
     chat_template_kwargs: dict[str, Any] | None = None  # template variables (JSON-like), e.g. enable_thinking
     reasoning_format: str | None = None  # "auto" (split) | "none" (the reasoning stays in the text)
+    speculative: str | None = None  # "ngram" | "none": draft-less speculation on or off (same tokens either way)
 
     MAX_STOP: ClassVar[int] = 16
     _FLOATS: ClassVar[frozenset[str]] = frozenset(
@@ -213,6 +215,8 @@ def _sampling_problem(name: str, value: Any) -> str | None:
         return None if isinstance(value, bool) else "must be a bool"
     if name in REASONING_CONTROLS:
         return reasoning_problem(name, value)
+    if name == "speculative":
+        return None if value is None or value in SPECULATIVE_CHOICES else "must be None, 'ngram' or 'none'"
     if name == "stop":
         if not isinstance(value, tuple):
             return "must be a tuple (or list) of strings"
@@ -232,6 +236,8 @@ REASONING_CONTROLS = (
     "reasoning_format",
 )
 MAX_REASONING_BUDGET = 1 << 24
+SPECULATIVE_CHOICES = ("ngram", "none")  # a session's or a turn's speculation (None: the runtime's)
+INHERITED = (*REASONING_CONTROLS, "speculative")  # the settings whose None means "the runtime's"
 
 
 def reasoning_problem(name: str, value: Any) -> str | None:

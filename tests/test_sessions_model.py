@@ -66,6 +66,9 @@ BAD_SAMPLING: list[tuple[str, Any]] = [
     ("stop", (1,)),
     ("stop", None),
     ("temp", 0.5),
+    ("speculative", "ngram-map-k"),
+    ("speculative", True),
+    ("speculative", ""),
 ]
 
 BAD_IDS: list[Any] = [
@@ -106,6 +109,7 @@ def test_sampling_defaults_are_llama_servers() -> None:
         "reasoning_budget_message": None,
         "chat_template_kwargs": None,
         "reasoning_format": None,
+        "speculative": None,  # n-gram speculation ("ngram" | "none"): None inherits the runtime's
     }
 
 

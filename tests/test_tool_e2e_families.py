@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import pytest
 from openai import AsyncOpenAI
 
 from runtime import Runtime
 from runtime.errors import BadInput, ToolCallParseError
-from runtime.serve.http.server import bind, serve, url_of
 from runtime.tools import template_uses_tools
 from sessions import MemoryStore
 from tests.tool_backend import TemplateBackend, collect, of_reply
+from tests.uvicorn_server import uvicorn_server
 
 pytestmark = pytest.mark.anyio
 
@@ -230,25 +229,9 @@ ADD_SPEC = {
 }
 
 
-@asynccontextmanager
-async def served(name: str) -> AsyncIterator[str]:
+def served(name: str) -> AbstractAsyncContextManager[str]:
     """A real uvicorn server on a free loopback port, serving a Runtime on the family's scripted backend."""
-    sock = bind("127.0.0.1", 0)
-    ready = anyio.Event()
-
-    @asynccontextmanager
-    async def open_runtime() -> AsyncIterator[Runtime]:
-        async with Runtime.serve(backend_for(name), MemoryStore()) as rt:
-            yield rt
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(open_runtime, sock=sock, on_ready=lambda _url: ready.set()))
-        with anyio.fail_after(60):
-            await ready.wait()
-        try:
-            yield url_of(sock)
-        finally:
-            tg.cancel_scope.cancel()
+    return uvicorn_server(lambda: Runtime.serve(backend_for(name), MemoryStore()))
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -18,6 +18,7 @@ from runtime.grammar import ResponseFormat
 from runtime.loop import validate as v
 from runtime.loop.constraints import Constraints
 from runtime.tools import Tool, ToolChoice
+from runtime.types import SpeculativeChoice
 
 __all__ = [
     "CONSTRAINT_KEYS",
@@ -58,6 +59,7 @@ class SamplingOptions(TypedDict, total=False):
     reasoning_budget_message: str | None
     chat_template_kwargs: dict[str, Any] | None
     reasoning_format: str | None
+    speculative: SpeculativeChoice | None  # n-gram speculation "ngram" (on) or "none" (off); None: the runtime's
 
 
 class TurnOptions(SamplingOptions, total=False):

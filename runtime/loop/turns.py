@@ -27,7 +27,7 @@ from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
 from runtime.tools import reply_seed
-from runtime.types import RequestKind
+from runtime.types import RequestKind, speculation_flag
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
 
@@ -230,6 +230,7 @@ class TurnRunner:
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,
+                speculative=speculation_flag(sampling.speculative),  # the turn's, else the session's, else the slot's
                 budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
             )

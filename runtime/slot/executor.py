@@ -392,9 +392,10 @@ class Slot:
         )
 
     def _drafter(self, req: SlotRequest) -> Drafter | None:
-        """The request's drafter over the conversation's n-gram index (synced to `tokens`), or None."""
+        """The request's drafter over the conversation's n-gram index (synced to `tokens`), or None (always
+        under llama-server's rules: those are the parity runs, whatever the request asks)."""
         on = self.speculative is not None if req.speculative is None else req.speculative
-        if not on or not self.engine.can_truncate:
+        if not on or self.cache_rules == "llama-server" or not self.engine.can_truncate:
             return None
         self.ngram.sync(self.tokens)
         return Drafter(self.ngram)

@@ -1,9 +1,11 @@
 """A scripted slot backend for deterministic tests of everything above the slot (queue, policies,
 cancellation, timeouts, close, commits) and for overhead benchmarks: no model, no sleeps.
 
-`ScriptedBackend` renders a conversation to one token per character of a plain `role: content` text,
-answers with `reply(messages)` (default: `"echo: <last message>"`), streams it a word at a time, and
-keeps the last conversation's tokens as "the slot", so `cached_tokens` behaves like a one-entry cache.
+`ScriptedBackend` renders a conversation to one token per character (`runtime.testing.chars`) of a plain
+`role: content` text, or of what `template` renders (a chat template's `apply_template`, for tests that need a
+real one), answers with `reply(messages)` (default: `"echo: <last message>"`), streams it a word at a time
+(or as `pieces` cuts it), and keeps the last conversation's tokens as "the slot", so `cached_tokens` behaves
+like a one-entry cache.
 Its counters are `SlotStats`, as the real backend's (no cache tiers: those read 0); a real `DiskTier` may
 be given (`disk=`) for tests of what reads the tier's stats while something writes to it.
 
@@ -16,6 +18,9 @@ when the turn has arrived there:
         await gate.arrived()             # "a" is running now, in the worker thread
         ...                              # queue more, cancel, time out, close: all deterministic
         gate.open()
+
+A `Pause` (`backend.pause = Pause(after=2)`) holds generation after that many pieces until `go()`, so a
+streaming test sees the first pieces before the rest exist.
 """
 
 from __future__ import annotations
@@ -35,10 +40,14 @@ from caches.tokens import lcp
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidRequest
 from runtime.reasoning import ReasoningFormat
+from runtime.testing.chars import char_piece, char_tokens, computed_nothing
 from runtime.tools import GenericFormat, ToolFormat
-from runtime.types import FinishReason
+from runtime.types import CacheSource, FinishReason
 
-__all__ = ["Gate", "ScriptedBackend"]
+__all__ = ["Gate", "Pause", "Render", "ScriptedBackend"]
+
+Render = Callable[..., str]
+"""A chat template's renderer: `(messages, *, tools, add_generation_prompt, chat_template_kwargs) -> text`."""
 
 
 class Gate:
@@ -68,6 +77,17 @@ class Gate:
         return True
 
 
+class Pause:
+    """Holds the scripted generation after `after` pieces until `go()` (a threading event: the worker waits)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        self.event = threading.Event()
+
+    def go(self) -> None:
+        self.event.set()
+
+
 class _Counts:
     """What a `ScriptedBackend` counts as it runs (worker thread); `stats()` copies it into a `SlotStats`."""
 
@@ -82,8 +102,17 @@ def _echo(messages: Sequence[dict[str, Any]]) -> str:
     return f"echo: {messages[-1].get('content', '')}" if messages else "echo:"
 
 
+def _spaced(text: str) -> list[str]:
+    """`text` cut before each space (an empty piece where two spaces meet or the text is empty)."""
+    return [word if i == 0 else " " + word for i, word in enumerate(text.split(" "))]
+
+
+def _line(m: Mapping[str, Any]) -> str:
+    return f"{m['role']}: {m.get('content') or ''}\n"
+
+
 class ScriptedBackend:
-    """A `SlotBackend` without a model; replies come from `reply(messages)`."""
+    """A `SlotBackend` without a model; replies come from `reply(messages)`, prompts from `template` if given."""
 
     def __init__(
         self,
@@ -92,8 +121,13 @@ class ScriptedBackend:
         n_ctx: int = 1 << 20,
         reasoning: ReasoningFormat | None = None,
         disk: DiskTier | None = None,
+        template: Render | None = None,
+        pieces: Callable[[str], list[str]] | None = None,
     ) -> None:
         self.reply = reply
+        self.template = template  # None: the plain `role: content` lines
+        self.split = pieces if pieces is not None else _spaced  # how a reply is cut into streamed pieces
+        self.pause: Pause | None = None
         self.reasoning = reasoning
         self.template_kwargs: dict[str, Any] | None = None
         self.n_ctx = n_ctx
@@ -128,16 +162,17 @@ class ScriptedBackend:
         add_generation_prompt: bool = True,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> str:
-        text = "".join(f"{m['role']}: {m.get('content') or ''}\n" for m in messages)
+        if self.template is not None:
+            gen, kw = add_generation_prompt, chat_template_kwargs
+            return self.template(messages, tools=tools, add_generation_prompt=gen, chat_template_kwargs=kw)
+        text = "".join(_line(m) for m in messages)
         return text + "assistant: " if add_generation_prompt else text
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        return [ord(c) for c in text]  # one token a character, as `prepare` counts them
+        return char_tokens(text)  # one token a character, as `prepare` counts them
 
     def token_piece(self, token: int) -> bytes:
-        if not 0 <= token < 0x110000 or 0xD800 <= token < 0xE000:
-            raise InvalidRequest(f"token {token} is not a character")
-        return chr(token).encode()
+        return char_piece(token)
 
     def reasoning_format(self) -> ReasoningFormat | None:
         """The format its scripted replies use (`reasoning=`; None by default)."""
@@ -156,13 +191,16 @@ class ScriptedBackend:
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
     ) -> RenderedChat:
-        parts = [f"{m['role']}: {m.get('content') or ''}\n" for m in messages]
-        starts = list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []
-        text = "".join(parts) + "assistant: "
-        tokens = [ord(c) for c in text]
         self._prepared = [dict(m) for m in messages]
         self.template_kwargs = template_kwargs  # what the last render was given (tests read it)
-        return RenderedChat(text=text, tokens=tokens, message_starts=starts, roles=[str(m["role"]) for m in messages])
+        if self.template is not None:  # a real template: no message spans (no checkpoints to place here)
+            text = self.apply_template(messages, tools=tools, chat_template_kwargs=template_kwargs)
+            return RenderedChat(text=text, tokens=char_tokens(text), message_starts=[], roles=[])
+        parts = [_line(m) for m in messages]
+        starts = list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []
+        text = "".join(parts) + "assistant: "
+        roles = [str(m["role"]) for m in messages]
+        return RenderedChat(text=text, tokens=char_tokens(text), message_starts=starts, roles=roles)
 
     def run(self, req: SlotRequest) -> SlotResult:
         prompt = list(req.prompt)
@@ -178,40 +216,29 @@ class ScriptedBackend:
         if gate is not None and not gate._wait(req.cancel):
             finish = "cancelled"
         else:
-            words = self.reply(messages).split(" ")
-            limit = req.sampling.max_tokens
-            for i, word in enumerate(words):
+            pause, limit = self.pause, req.sampling.max_tokens
+            for i, piece in enumerate(self.split(self.reply(messages))):
                 if req.cancel():
                     finish = "cancelled"
                     break
                 if limit is not None and i >= limit:
                     finish = "length"
                     break
-                piece = word if i == 0 else " " + word
                 text += piece
                 if req.on_piece is not None:
                     req.on_piece(piece)
-        generated = [ord(c) for c in text]
+                if pause is not None and i + 1 == pause.after:
+                    pause.event.wait()
+        generated = char_tokens(text)
         self.tokens = prompt + generated
         n = self._n
         n.requests += 1
         n.prompt_tokens += len(prompt)
         n.cached_tokens += cached
         n.generated_tokens += len(generated)
-        return SlotResult(
-            text=text,
-            finish_reason=finish,
-            tokens=generated,
-            prompt_tokens=len(prompt),
-            cached_tokens=cached,
-            prefilled_tokens=len(prompt) - cached,
-            cache_source="slot" if cached else "none",
-            bytes_saved=0,
-            bytes_restored=0,
-            t_cache=0.0,
-            t_prefill=0.0,
-            t_decode=0.0,
-            t_first_token=None,
+        source: CacheSource = "slot" if cached else "none"
+        return computed_nothing(
+            text, finish, tokens=generated, prompt_tokens=len(prompt), cached_tokens=cached, cache_source=source
         )
 
     def state_key(self) -> int:

@@ -39,6 +39,7 @@ import msgspec
 
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.speculation import speculative_option
 
 __all__ = [
     "CountRequest",
@@ -138,6 +139,8 @@ class MessagesRequest(CountRequest, kw_only=True):
     metadata: dict[str, Any] | None = None
     output_config: OutputConfig | None = None
     stream: bool = False
+    speculative: str | None = None  # "ngram" | "none" (`runtime.serve.http.speculation`)
+    speculative_n_max: int | None = msgspec.field(default=None, name="speculative.n_max")  # llama-server's: 0 off
 
 
 @dataclass
@@ -283,6 +286,7 @@ def from_request(req: MessagesRequest, session_id: str | None) -> MessagesCall:
         kw["stop"] = list(req.stop_sequences)
     if req.output_config is not None and req.output_config.format is not None:
         kw["response_format"] = req.output_config.format.schema
+    kw.update(speculative_option(req.speculative, req.speculative_n_max))
     return MessagesCall(messages=messages, kwargs=kw, session_id=session_id, stream=req.stream)
 
 

@@ -28,6 +28,7 @@ from runtime.serve.http.schema import (
     ToolCall,
     Usage,
 )
+from runtime.serve.http.speculation import speculative_option
 
 __all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]
 
@@ -138,6 +139,7 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
     if req.stop is not None:
         kw["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
     kw.update(_reasoning(req))
+    kw.update(speculative_option(req.speculative, req.speculative_n_max))
     extras: dict[str, Any] = {}
     if req.tools:  # an empty list, or a tool_choice without tools, asks for nothing
         extras["tools"] = req.tools

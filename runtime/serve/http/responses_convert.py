@@ -28,6 +28,7 @@ from runtime.serve.http.responses_schema import (
     ResponsesRequest,
     decode_item,
 )
+from runtime.serve.http.speculation import speculative_option
 
 __all__ = ["Turn", "new_id", "output_items", "parse", "text_of", "usage"]
 
@@ -184,6 +185,7 @@ def parse(req: ResponsesRequest) -> Turn:
         kw["reasoning"] = "off"
     elif effort is not None:
         kw["reasoning"] = "on"
+    kw.update(speculative_option(req.speculative, req.speculative_n_max))
     return Turn(system=system, messages=messages, items=[_stored(item) for item in items], kwargs=kw)
 
 

@@ -199,3 +199,5 @@ class ResponsesRequest(_Strict):
     seed: int | None = None
     top_k: int | None = None
     min_p: float | None = None
+    speculative: str | None = None  # "ngram" | "none" (`runtime.serve.http.speculation`)
+    speculative_n_max: int | None = msgspec.field(default=None, name="speculative.n_max")  # llama-server's: 0 off

@@ -107,6 +107,8 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     reasoning_budget_tokens: int | None = None  # llama-server's: -1 no limit, 0 close at once, N tokens
     thinking_budget_tokens: int | None = None  # its older name
     reasoning_budget_message: str | None = None
+    speculative: str | None = None  # "ngram" | "none" (`runtime.serve.http.speculation`)
+    speculative_n_max: int | None = msgspec.field(default=None, name="speculative.n_max")  # llama-server's: 0 off
 
 
 # --- reply -----------------------------------------------------------------------------------------

@@ -27,10 +27,11 @@ import msgspec
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotBackend, SlotRequest, SlotResult, SlotStats
-from runtime.errors import InvalidRequest, RecordingNotFound
+from runtime.errors import RecordingNotFound
 from runtime.llama.chat_template import ChatTemplate
 from runtime.llama.host import fingerprint_file
 from runtime.reasoning import ReasoningFormat, detect, with_template
+from runtime.testing.chars import char_piece, char_tokens, computed_nothing
 from runtime.testing.pytest_plugin.cassette import Cassette, request_key
 from runtime.tools import ToolFormat
 
@@ -89,10 +90,6 @@ _EMPTY = SlotStats(
 _PIECES = re.compile(r"\s*\S+|\s+$")
 
 
-def _chars(text: str) -> list[int]:
-    return [ord(c) for c in text]
-
-
 class _Replay:
     """A model's chat template rebuilt from a cassette: renders, detects formats; no vocabulary."""
 
@@ -103,7 +100,7 @@ class _Replay:
             s.get("template"),
             eos=str(s.get("eos", "")),
             bos=str(s.get("bos", "")),
-            tokenize=_chars,
+            tokenize=char_tokens,
             model=str(s.get("model", "")),
             tool_use=s.get("tool_use"),
             override=s.get("override"),
@@ -274,16 +271,12 @@ class CassetteBackend:
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         side = self._side()
         if isinstance(side, _Replay):
-            return _chars(text)
+            return char_tokens(text)
         return side.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def token_piece(self, token: int) -> bytes:
         side = self._side()
-        if isinstance(side, _Replay):
-            if not 0 <= token < 0x110000 or 0xD800 <= token < 0xE000:
-                raise InvalidRequest(f"token {token} is not a character")
-            return chr(token).encode()
-        return side.token_piece(token)
+        return char_piece(token) if isinstance(side, _Replay) else side.token_piece(token)
 
     def check_grammar(self, spec: GrammarSpec) -> None:
         side = self._side()
@@ -315,6 +308,7 @@ def _request(req: SlotRequest) -> dict[str, Any]:
         g = req.grammar
         grammar = {"gbnf": g.gbnf, "lazy": g.lazy, "triggers": list(g.trigger_patterns), "prefill": g.prefill}
     sampling: dict[str, Any] = msgspec.to_builtins(req.sampling)
+    del sampling["speculative"]  # the session's or turn's choice: recorded as the request's `speculative`
     budget = msgspec.to_builtins(req.budget) if req.budget is not None else None
     return {"sampling": sampling, "grammar": grammar, "budget": budget, "speculative": req.speculative}
 
@@ -330,19 +324,12 @@ def _replayed(reply: Mapping[str, Any], req: SlotRequest) -> SlotResult:
         text += piece
         if req.on_piece is not None:
             req.on_piece(piece)
-    prompt = int(reply.get("prompt_tokens", 0))
-    return SlotResult(
-        text=text,
-        finish_reason=finish,  # type: ignore[arg-type]
-        tokens=[0] * int(reply.get("generated_tokens", 0)),
+    prompt, generated = int(reply.get("prompt_tokens", 0)), [0] * int(reply.get("generated_tokens", 0))
+    return computed_nothing(
+        text,
+        finish,  # type: ignore[arg-type]
+        tokens=generated,
         prompt_tokens=prompt,
         cached_tokens=prompt,  # nothing was computed: the whole prompt counts as cached
-        prefilled_tokens=0,
         cache_source="none",
-        bytes_saved=0,
-        bytes_restored=0,
-        t_cache=0.0,
-        t_prefill=0.0,
-        t_decode=0.0,
-        t_first_token=None,
     )
