@@ -27,6 +27,7 @@ from runtime.reasoning import Reasoning
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.http import anthropic
 from runtime.serve.http.errors import ApiError
+from runtime.tools.calls import canonical_arguments
 
 __all__ = ["MessageEvents"]
 
@@ -137,7 +138,7 @@ class MessageEvents:
                     log.warning("messages.stream_call_diverged", id=block["id"])
                 continue
             out += self._begin({**block, "input": {}})
-            out += self._delta({"type": "input_json_delta", "partial_json": _encoder.encode(block["input"]).decode()})
+            out += self._delta({"type": "input_json_delta", "partial_json": canonical_arguments(block["input"])})
             out += event("content_block_stop", {"index": self._index})
         reason = anthropic.stop_reason(reply)
         delta = {"stop_reason": reason, "stop_sequence": reply.stop_sequence if reason == "stop_sequence" else None}
