@@ -57,9 +57,11 @@ def canonical(arguments: dict[str, Any]) -> str:
 
 
 @asynccontextmanager
-async def clients(reply: str = REPLY) -> AsyncIterator[tuple[AsyncOpenAI, AsyncAnthropic, ResponseStore]]:
+async def clients(
+    model: Callable[[Sequence[dict[str, Any]]], str] = lambda _m: REPLY,
+) -> AsyncIterator[tuple[AsyncOpenAI, AsyncAnthropic, ResponseStore]]:
     store = ResponseStore(max_responses=8)
-    async with Runtime.serve(ScriptedBackend(lambda _m: reply, reasoning=by_name("think")), MemoryStore()) as rt:
+    async with Runtime.serve(ScriptedBackend(model, reasoning=by_name("think")), MemoryStore()) as rt:
         transport = httpx.ASGITransport(app=make_app(rt, responses=store))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as hc:
             yield (
@@ -79,7 +81,13 @@ def without_ids(output: list[Any]) -> list[dict[str, Any]]:
 
 
 async def test_responses_stream_function_calls_piece_by_piece() -> None:
-    async with clients() as (oai, _claude, store):
+    seen: list[Sequence[dict[str, Any]]] = []
+
+    def model(messages: Sequence[dict[str, Any]]) -> str:
+        seen.append(messages)
+        return REPLY
+
+    async with clients(model) as (oai, _claude, store):
         whole: Any = await oai.responses.create(model="m", input="Weather and time?", tools=TOOLS)
         async with oai.responses.stream(model="m", input="Weather and time?", tools=TOOLS) as stream:
             events: list[Any] = [e async for e in stream]
@@ -140,6 +148,18 @@ async def test_responses_stream_function_calls_piece_by_piece() -> None:
         ]
         stored, unstreamed = (store.get("default", r.id).response["output"] for r in (final, whole))
         assert [o["id"] for o in stored] == ids and without_ids(stored) == without_ids(unstreamed)
+        # the streamed response continues with its results: the session holds the calls under the streamed ids
+        results: Any = [
+            {"type": "function_call_output", "call_id": o.call_id, "output": "ok"}
+            for o in final.output
+            if o.type == "function_call"
+        ]
+        more = await oai.responses.create(model="m", input=results, previous_response_id=final.id, tools=TOOLS)
+        assert more.status == "completed" and len(seen[-1]) == len(seen[0]) + 3  # the calls, two results
+        call_ids = [r["call_id"] for r in results]
+        # (the generic protocol shows the model its calls and their results as JSON, with the call ids)
+        assert [c["id"] for c in json.loads(seen[-1][-3]["content"])["tool_calls"]] == call_ids
+        assert [json.loads(m["content"])["tool_response"]["tool_call_id"] for m in seen[-1][-2:]] == call_ids
 
 
 async def test_messages_stream_tool_use_blocks_piece_by_piece() -> None:
