@@ -323,10 +323,37 @@ async def test_leaving_mid_call_stores_nothing() -> None:
         assert seen[-2:] == ["response.output_item.added", "response.function_call_arguments.delta"]
         assert store.stats().responses == 0 and await rt.list_sessions() == []
 
+        # a continuation left mid-call: the parent's session unchanged, and continued in place after
+        backend.after = 0  # not held
+        root: Any = await oai.responses.create(model="m", input="Weather?", tools=TOOLS)
+        (conv,) = await rt.list_sessions()
+        parent = await rt.get_session(conv)
+        results: Any = [
+            {"type": "function_call_output", "call_id": o.call_id, "output": "ok"}
+            for o in root.output
+            if o.type == "function_call"
+        ]
+        backend.after = 6
+        stream = await oai.responses.create(
+            model="m", input=results, previous_response_id=root.id, tools=TOOLS, stream=True
+        )
+        async for event in stream:
+            if event.type == "response.function_call_arguments.delta":
+                break
+        await stream.close()
+        with anyio.fail_after(30):
+            while await disconnects(url) < 2:
+                pass
+        assert store.stats().responses == 1 and await rt.list_sessions() == [conv]
+        kept = await rt.get_session(conv)
+        assert (kept.revision, kept.messages) == (parent.revision, parent.messages)
+        backend.after = 0
+        await oai.responses.create(model="m", input=results, previous_response_id=root.id, tools=TOOLS)
+        assert await rt.list_sessions() == [conv] and len((await rt.get_session(conv)).messages) == 5
+
         claude = AsyncAnthropic(base_url=url, api_key="x", max_retries=0, default_headers={"X-Session-Id": "s"})
-        backend.after = 0  # not held: one whole turn for session s
         first = await claude.messages.create(model="m", max_tokens=200, messages=ASK, tools=ANTHROPIC_TOOLS)
-        before = await rt.get_session((await rt.list_sessions())[0])
+        before = await rt.get_session("s")
         calls: list[Any] = [b for b in first.content if b.type == "tool_use"]
         backend.after = 6
         history: list[Any] = [
@@ -339,7 +366,7 @@ async def test_leaving_mid_call_stores_nothing() -> None:
                 if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
                     break
         with anyio.fail_after(30):
-            while await disconnects(url) < 2:
+            while await disconnects(url) < 3:
                 pass
         after = await rt.get_session(before.id)
         assert after.revision == before.revision and after.messages == before.messages
