@@ -3,7 +3,8 @@ streamed a word at a time, read by the generic JSON tool format), driven by the 
 `anthropic` clients: the event sequence, arguments in pieces that add up to the canonical JSON the
 unstreamed reply has (the model's own whitespace and number spelling are not kept, on both paths), the
 clients' assembled objects equal to the unstreamed ones, two calls in one reply, a reply cut inside a call,
-and a client that leaves mid-call (real uvicorn in-process): nothing stored, no session changed."""
+a client that leaves mid-call (real uvicorn in-process): nothing stored, no session changed; and the
+Agents SDK's streamed run calling a tool."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import anyio
 import httpx2 as httpx
 import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
@@ -370,3 +372,27 @@ async def test_leaving_mid_call_stores_nothing() -> None:
                 pass
         after = await rt.get_session(before.id)
         assert after.revision == before.revision and after.messages == before.messages
+
+
+async def test_agents_sdk_streamed_run_calls_the_tool() -> None:
+    set_tracing_disabled(True)
+    cities: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        cities.append(city)
+        return "sunny"
+
+    def model(messages: Sequence[dict[str, Any]]) -> str:
+        if "tool_response" in str(messages[-1].get("content")):
+            return '{"response": "It is sunny."}'
+        return '{"tool_call": {"name": "get_weather", "arguments": {"city":  "Paris"}}}'
+
+    async with clients(model) as (oai, _claude, _store):
+        agent = Agent(name="w", model=OpenAIResponsesModel(model="m", openai_client=oai), tools=[get_weather])
+        run = Runner.run_streamed(agent, "Weather in Paris?", max_turns=3)
+        raw = [e.data.type async for e in run.stream_events() if e.type == "raw_response_event"]
+    assert cities == ["Paris"] and run.final_output == "It is sunny."
+    assert raw.count("response.function_call_arguments.delta") == 2 and raw.count("response.completed") == 2
+    assert [item.type for item in run.new_items] == ["tool_call_item", "tool_call_output_item", "message_output_item"]
