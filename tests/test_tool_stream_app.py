@@ -24,6 +24,7 @@ from openai import AsyncOpenAI
 
 from runtime import Runtime
 from runtime.backend.protocol import SlotRequest, SlotResult
+from runtime.log import capture_logs
 from runtime.reasoning import by_name
 from runtime.serve.http import app as make_app
 from runtime.serve.http.responses_store import ResponseStore
@@ -91,9 +92,12 @@ async def test_responses_stream_function_calls_piece_by_piece() -> None:
 
     async with clients(model) as (oai, _claude, store):
         whole: Any = await oai.responses.create(model="m", input="Weather and time?", tools=TOOLS)
-        async with oai.responses.stream(model="m", input="Weather and time?", tools=TOOLS) as stream:
-            events: list[Any] = [e async for e in stream]
-            final: Any = await stream.get_final_response()
+        with capture_logs() as logs:
+            async with oai.responses.stream(model="m", input="Weather and time?", tools=TOOLS) as stream:
+                events: list[Any] = [e async for e in stream]
+                final: Any = await stream.get_final_response()
+        assert "responses.done" in [e["event"] for e in logs]  # the capture sees the server's events
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == []  # no piece dropped or contradicted
         call_events = [
             "response.output_item.added",
             *["response.function_call_arguments.delta"] * 5,
@@ -167,9 +171,11 @@ async def test_responses_stream_function_calls_piece_by_piece() -> None:
 async def test_messages_stream_tool_use_blocks_piece_by_piece() -> None:
     async with clients() as (_oai, claude, _store):
         whole: Any = await claude.messages.create(model="m", max_tokens=200, messages=ASK, tools=ANTHROPIC_TOOLS)
-        async with claude.messages.stream(model="m", max_tokens=200, messages=ASK, tools=ANTHROPIC_TOOLS) as s:
-            events: list[Any] = [e async for e in s]
-            final: Any = await s.get_final_message()
+        with capture_logs() as logs:
+            async with claude.messages.stream(model="m", max_tokens=200, messages=ASK, tools=ANTHROPIC_TOOLS) as s:
+                events: list[Any] = [e async for e in s]
+                final: Any = await s.get_final_message()
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == []
         raw = [e for e in events if e.type in ("message_start", "content_block_start", "content_block_delta",
                                                "content_block_stop", "message_delta", "message_stop")]  # fmt: skip
         kinds = [e.type if e.type != "content_block_delta" else e.delta.type for e in raw]
