@@ -222,7 +222,7 @@ def test_event_stream() -> None:
         ("message_stop", None, None),
     ]
     assert events(raw)[-2][1]["usage"]["cache_read_input_tokens"] == 4
-    w = MessageEvents("msg_2", "m")  # a tool turn streams nothing: its blocks come at the end
+    w = MessageEvents("msg_2", "m")  # a reply no piece announced: its blocks come at the end
     raw = w.start() + w.end(reply("let me", calls=(ToolCall("c1", "add", {"a": 1}),)))
     got = [(n, d.get("index"), d.get("delta", d.get("content_block"))) for n, d in events(raw)][2:]
     assert got == [
@@ -230,7 +230,7 @@ def test_event_stream() -> None:
         ("content_block_delta", 0, {"type": "text_delta", "text": "let me"}),
         ("content_block_stop", 0, None),
         ("content_block_start", 1, {"type": "tool_use", "id": "c1", "name": "add", "input": {}}),
-        ("content_block_delta", 1, {"type": "input_json_delta", "partial_json": '{"a":1}'}),
+        ("content_block_delta", 1, {"type": "input_json_delta", "partial_json": '{"a": 1}'}),
         ("content_block_stop", 1, None),
         ("message_delta", None, {"stop_reason": "tool_use", "stop_sequence": None}),
         ("message_stop", None, None),

@@ -119,8 +119,7 @@ class MessagesEndpoint:
             try:
                 item: str | ToolCallDelta | Reply = first
                 while not isinstance(item, Reply):
-                    # tool calls go out whole from the final reply (tool_use blocks), not piece by piece
-                    chunk = b"" if isinstance(item, ToolCallDelta) else events.piece(item)
+                    chunk = events.piece(item)  # thinking, answer text, or a piece of a tool call
                     if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     item = await anext(items)

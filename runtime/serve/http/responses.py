@@ -31,7 +31,6 @@ from starlette.routing import Route
 from runtime.api import Runtime
 from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
-from runtime.reasoning import Reasoning
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send
 from runtime.serve.http import responses_convert as rc
@@ -320,9 +319,8 @@ class ResponsesApi:
             try:
                 item: str | ToolCallDelta | Reply = first
                 while not isinstance(item, Reply):
-                    # function calls go out whole from the final reply, not piece by piece
-                    if item and not isinstance(item, ToolCallDelta):
-                        chunk = writer.piece(str(item), isinstance(item, Reasoning))
+                    chunk = writer.piece(item)  # reasoning, answer text, or a piece of a function call
+                    if chunk:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     item = await anext(items)
                 final = await self._finish(rt, plan, item)

@@ -3,12 +3,19 @@
 Order (OpenAI's): `response.created`, `response.in_progress`; per output item `response.output_item.added`,
 then for a message `response.content_part.added`, `response.output_text.delta`s, `response.output_text.done`,
 `response.content_part.done`; for reasoning `response.reasoning_text.delta`s and `.done`; for a function
-call `response.function_call_arguments.delta` and `.done`; then `response.output_item.done`; finally
-`response.completed` (or `response.incomplete`) with the whole response, or an `error` event. Every event
-has a `sequence_number` (0, 1, 2 … in order), item events their `output_index` and `item_id`.
+call (added with `arguments` "" and status `in_progress`) `response.function_call_arguments.delta`s as the
+Runtime's `ToolCallDelta` pieces come, then `.done` with the whole arguments; then `response.output_item.done`;
+finally `response.completed` (or `response.incomplete`) with the whole response, or an `error` event. Every
+event has a `sequence_number` (0, 1, 2 … in order), item events their `output_index` and `item_id`.
 
-A turn that may call tools streams nothing until its reply is whole (the Runtime reads it whole), so its
-items are sent at the end, each in one delta.
+Invariants: items are streamed one at a time (an item is done before the next is added); the completed
+response's `output[i]` is the item announced with `output_index` i (with the final reply's content, under the
+streamed id), so the output equals the non-streamed one whenever the stream's order is the reply's
+(reasoning, message, calls: always, except answer text the model writes between two calls); a call's
+argument deltas add up to its `arguments`, `json.dumps(arguments, ensure_ascii=False)` as the non-streamed
+response has them. Answer text that comes after a call has started is not streamed (the message goes before
+the calls); the completed response carries it. What the reply has and the pieces did not say (no pieces
+at all) is sent whole at the end, after the streamed items.
 """
 
 from __future__ import annotations
@@ -17,23 +24,30 @@ from typing import Any
 
 import msgspec
 
+from runtime.log import get_logger
+from runtime.reasoning import Reasoning
+from runtime.reply import ToolCallDelta
 from runtime.serve.http import responses_convert as rc
 from runtime.serve.http.errors import ApiError
 
 __all__ = ["EventWriter"]
 
+log = get_logger(__name__)
+
 _encoder = msgspec.json.Encoder()
 
 
 class EventWriter:
-    """The events of one streamed response; `open` items are those added and not yet done."""
+    """The events of one streamed response. `output` holds the items announced, by output index."""
 
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response  # the response object in progress (status, output filled in at the end)
         self.seq = 0
         self.output: list[dict[str, Any]] = []
-        self._kind: str | None = None  # the item being streamed: "reasoning" | "message"
-        self._text = ""
+        self._open: int | None = None  # the output index of the item being streamed
+        self._text: dict[int, str] = {}  # per streamed item: its text (reasoning, message) or arguments
+        self._calls: dict[int, int] = {}  # a call's index in the reply -> its output index
+        self._late = ""  # answer text that came after a call had started (not streamed)
 
     def event(self, kind: str, **fields: Any) -> bytes:
         body = {"type": kind, "sequence_number": self.seq, **fields}
@@ -44,124 +58,157 @@ class EventWriter:
         snapshot = {**self.response, "status": "in_progress", "output": []}
         return self.event("response.created", response=snapshot) + self.event("response.in_progress", response=snapshot)
 
-    def piece(self, text: str, reasoning: bool) -> bytes:
-        """A piece of the reply's reasoning or answer (opening its item first when it is new)."""
-        kind = "reasoning" if reasoning else "message"
+    def piece(self, piece: str | ToolCallDelta) -> bytes:
+        """The events of one streamed piece: reasoning (`Reasoning`), answer text (`str`) or a call's piece."""
+        if isinstance(piece, ToolCallDelta):
+            return self._call(piece)
+        if not piece:
+            return b""
+        kind = "reasoning" if isinstance(piece, Reasoning) else "message"
+        text = str(piece)
+        if kind == "message" and self._calls:
+            self._late += text
+            return b""
         out = b""
-        if self._kind != kind:
+        if self._open is None or self.output[self._open]["type"] != kind:
             out += self._close()
-            out += self._open(kind)
-        self._text += text
-        item = self._item()
+            out += self._add(kind)
+        i = self._open
+        assert i is not None
+        self._text[i] += text
+        item_id = self.output[i]["id"]
         if kind == "reasoning":
-            out += self.event(
-                "response.reasoning_text.delta",
-                item_id=item["id"],
-                output_index=self._index,
-                content_index=0,
-                delta=text,
+            return out + self.event(
+                "response.reasoning_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text
             )
-        else:
-            out += self.event(
-                "response.output_text.delta",
-                item_id=item["id"],
-                output_index=self._index,
-                content_index=0,
-                delta=text,
-                logprobs=[],
-            )
-        return out
+        return out + self.event(
+            "response.output_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text, logprobs=[]
+        )
 
-    @property
-    def _index(self) -> int:
-        return len(self.output) - 1
+    def _call(self, piece: ToolCallDelta) -> bytes:
+        if piece.id:  # the call's first piece: its item
+            out = self._close()
+            i = len(self.output)
+            item = rc.function_item(rc.new_id("fc"), piece.id, piece.name, "", "in_progress")
+            self.output.append(item)
+            self._calls[piece.index] = self._open = i
+            self._text[i] = ""
+            return out + self.event("response.output_item.added", output_index=i, item=item)
+        i = self._calls.get(piece.index, -1)
+        if i != self._open:  # a piece of a call already done (the Runtime's pieces never do that)
+            log.warning("responses.stream_call_piece_dropped", index=piece.index)
+            return b""
+        self._text[i] += piece.arguments_delta
+        return self.event(
+            "response.function_call_arguments.delta",
+            item_id=self.output[i]["id"],
+            output_index=i,
+            delta=piece.arguments_delta,
+        )
 
-    def _item(self) -> dict[str, Any]:
-        return self.output[-1]
-
-    def _open(self, kind: str) -> bytes:
-        self._kind, self._text = kind, ""
+    def _add(self, kind: str) -> bytes:
+        i = len(self.output)
+        self._open = i
+        self._text[i] = ""
         if kind == "reasoning":
             item = rc.reasoning_item(rc.new_id("rs"), "", "in_progress")
             self.output.append(item)
-            return self.event("response.output_item.added", output_index=self._index, item=item)
+            return self.event("response.output_item.added", output_index=i, item=item)
         item = rc.message_item(rc.new_id("msg"), None, "in_progress")
         self.output.append(item)
-        added = self.event("response.output_item.added", output_index=self._index, item=item)
+        added = self.event("response.output_item.added", output_index=i, item=item)
         part = {"type": "output_text", "text": "", "annotations": []}
         return added + self.event(
-            "response.content_part.added", item_id=item["id"], output_index=self._index, content_index=0, part=part
+            "response.content_part.added", item_id=item["id"], output_index=i, content_index=0, part=part
         )
 
-    def _close(self) -> bytes:
-        """Finish the item being streamed (its done events)."""
-        if self._kind is None:
+    def _close(self, status: str = "completed") -> bytes:
+        """Finish the item being streamed (its done events); `status` is a call's (`incomplete`: cut)."""
+        i = self._open
+        if i is None:
             return b""
-        item, i, text = self._item(), self._index, self._text
-        out = b""
-        if self._kind == "reasoning":
+        self._open = None
+        item, text = self.output[i], self._text[i]
+        if item["type"] == "function_call":
+            done = rc.function_item(item["id"], item["call_id"], item["name"], text, status)
+            out = self.event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=i,
+                name=item["name"],
+                arguments=text,
+            )
+        elif item["type"] == "reasoning":
             done = rc.reasoning_item(item["id"], text, "completed")
-            out += self.event(
+            out = self.event(
                 "response.reasoning_text.done", item_id=item["id"], output_index=i, content_index=0, text=text
             )
         else:
             done = rc.message_item(item["id"], text, "completed")
-            out += self.event(
+            out = self.event(
                 "response.output_text.done", item_id=item["id"], output_index=i, content_index=0, text=text, logprobs=[]
             )
+            part = rc.text_part(text)
             out += self.event(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=i,
-                content_index=0,
-                part=rc.text_part(text),
+                "response.content_part.done", item_id=item["id"], output_index=i, content_index=0, part=part
             )
         self.output[i] = done
-        self._kind = None
         return out + self.event("response.output_item.done", output_index=i, item=done)
 
-    def end(self, final: dict[str, Any]) -> bytes:
-        """The remaining items of the final response (those not streamed), then `response.completed`.
-
-        `final["output"]` is the reply's output as the non-streamed response has it; the streamed items keep
-        their ids, so the completed response lists exactly the items the stream announced."""
-        out = self._close()
-        streamed = {item["type"]: item for item in self.output}
-        output: list[dict[str, Any]] = []
-        for item in final["output"]:
-            if item["type"] in ("reasoning", "message") and item["type"] in streamed:
-                output.append(streamed[item["type"]])
+    def _match(self, item: dict[str, Any], used: set[int]) -> int | None:
+        """The output index of the streamed item that is the final `item` (a call by its call id)."""
+        for i, streamed in enumerate(self.output):
+            if i in used or streamed["type"] != item["type"]:
                 continue
-            i = len(self.output)
-            if item["type"] == "function_call":
-                pending = rc.function_item(item["id"], item["call_id"], item["name"], "", "in_progress")
-                self.output.append(pending)
-                out += self.event("response.output_item.added", output_index=i, item=pending)
-                args = item["arguments"]
-                out += self.event(
-                    "response.function_call_arguments.delta", item_id=item["id"], output_index=i, delta=args
-                )
-                out += self.event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=i,
-                    name=item["name"],
-                    arguments=args,
-                )
-                self.output[i] = item
-                out += self.event("response.output_item.done", output_index=i, item=item)
-            else:  # a message or reasoning the stream did not carry (an empty reply; a tools turn's text)
+            if item["type"] != "function_call" or streamed["call_id"] == item["call_id"]:
+                return i
+        return None
+
+    def end(self, final: dict[str, Any]) -> bytes:
+        """The last events: the open item's done events, the final items no piece announced, then
+        `response.completed` (or `.incomplete`) with `final`, whose output becomes the streamed one.
+
+        `final["output"]` is the reply's output as the non-streamed response has it (fresh ids)."""
+        status = "completed"
+        if self._open is not None and self.output[self._open]["type"] == "function_call":
+            call_id = self.output[self._open]["call_id"]
+            if not any(o["type"] == "function_call" and o["call_id"] == call_id for o in final["output"]):
+                status = "incomplete"  # a call the reply does not have: cut by max_output_tokens
+        out = self._close(status)
+        used: set[int] = set()
+        for item in final["output"]:
+            j = self._match(item, used)
+            if j is None:  # not streamed: sent whole now, after the streamed items
+                j = len(self.output)
                 self.output.append(item)
-                out += self._whole(i, item)
-            output.append(item)
-        final["output"] = output
+                out += self._whole(j, item)
+            else:
+                merged = {**item, "id": self.output[j]["id"]}
+                if merged != self.output[j] and not self._late:
+                    log.warning("responses.stream_diverged", output_index=j, type=item["type"])
+                self.output[j] = merged
+            used.add(j)
+        final["output"] = list(self.output)
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
         return out + self.event(kind, response=final)
 
     def _whole(self, i: int, item: dict[str, Any]) -> bytes:
-        """A whole message or reasoning item's events at once."""
+        """A whole item's events at once (one delta with all its text or arguments)."""
+        if item["type"] == "function_call":
+            args = item["arguments"]
+            pending = rc.function_item(item["id"], item["call_id"], item["name"], "", "in_progress")
+            out = self.event("response.output_item.added", output_index=i, item=pending)
+            out += self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=i, delta=args)
+            out += self.event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=i,
+                name=item["name"],
+                arguments=args,
+            )
+            return out + self.event("response.output_item.done", output_index=i, item=item)
         if item["type"] == "reasoning":
-            text = rc.text_of([]) if not item["content"] else item["content"][0]["text"]
+            text = item["content"][0]["text"] if item["content"] else ""
             pending = rc.reasoning_item(item["id"], "", "in_progress")
             out = self.event("response.output_item.added", output_index=i, item=pending)
             out += self.event(
