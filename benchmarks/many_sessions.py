@@ -17,7 +17,8 @@ block once), `logical_MB` what whole copies would take, `x_unique` stored / the 
 (the prefix once and each conversation's own tokens); `lookup_p50_ms` the index's answer for a returning
 conversation (`DiskTier.find`'s choice, without reading the state), `find_p50_ms` the whole `find` (the
 state read back from its blocks and record), `put_p50_ms` a new conversation's `put` (its own blocks
-and record written, the prefix's found held).
+and record written, the prefix's found held); `*_cpu_p50_ms` the CPU time the process spent on one (all
+its threads: the readers' pool too), steadier than the wall time on a shared machine.
 """
 
 from __future__ import annotations
@@ -144,16 +145,17 @@ def _run_blocks(directory: Path, n: int, samples: int, args: argparse.Namespace)
         fill = time.perf_counter() - t0
         back = [rng.choice(stored) for _ in range(samples)]
         prompts = [[*tokens, *(rng.randrange(32_000) for _ in range(30))] for tokens in back]
-        lookups, finds, puts = [], [], []
+        lookups, finds, puts, find_cpu, put_cpu = [], [], [], [], []
         for tokens, prompt in zip(back, prompts, strict=True):
             t0 = time.perf_counter()
             with tier._lock:
                 tier._sync()
                 hit = tier._m.trie.best(tuple(prompt), 0)
             lookups.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             got = tier.find(prompt)
             finds.append(time.perf_counter() - t0)
+            find_cpu.append(time.process_time() - c0)
             if (
                 hit is None
                 or got is None
@@ -164,9 +166,10 @@ def _run_blocks(directory: Path, n: int, samples: int, args: argparse.Namespace)
             del got
         for _ in range(samples):
             tokens = conversation()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             tier.put(tokens, [head, states[len(tokens) - args.prefix]])
             puts.append(time.perf_counter() - t0)
+            put_cpu.append(time.process_time() - c0)
         st = tier.stats()
         held = [item.tokens for item in tier._m.items.values()]
     unique = (args.prefix + sum(len(t) - args.prefix for t in held)) * cell
@@ -185,6 +188,8 @@ def _run_blocks(directory: Path, n: int, samples: int, args: argparse.Namespace)
         "find_p99_ms": _pct(finds, 0.99),
         "put_p50_ms": _pct(puts, 0.5),
         "put_p99_ms": _pct(puts, 0.99),
+        "find_cpu_p50_ms": _pct(find_cpu, 0.5),
+        "put_cpu_p50_ms": _pct(put_cpu, 0.5),
         "fill_s": fill,
     }
 
@@ -205,6 +210,8 @@ BLOCK_COLUMNS = [
     "find_p50_ms",
     "put_p50_ms",
     "put_p99_ms",
+    "find_cpu_p50_ms",
+    "put_cpu_p50_ms",
     "fill_s",
 ]
 

@@ -17,6 +17,10 @@ Each operation runs `--repeat` times; the table gives the median (and best) time
   `write, all held` a state sharing every full block with one stored (only its record is written);
   `read (assembled)` reads that state's record and its shared blocks, each into its place in one buffer
   (the issue's goal: >= 2 GB/s); `read + restore` then `Engine.state_set`;
+- `..., alternating` rows: `memcpy (into mapped memory)`, `disk read`, `before: disk read`, `disk blocks read`
+  and `before: disk blocks read` of one state, one after the other in each of `--repeat` rounds, so that
+  all five see the same load (`x_memcpy` against that memcpy). `before:` is the previous read path,
+  re-enacted (`_before_read`): one thread, chunk after chunk, one row lookup per block;
 - `before: ...` rows: the previous path, re-enacted here for comparison (a zeroed ctypes buffer then
   `bytes(...)`; `from_buffer_copy` on restore; msgpack encode/decode around the disk tier).
 
@@ -32,9 +36,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import statistics
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,9 +51,14 @@ import numpy as np
 
 from benchmarks import _cli
 from caches.blocks import DEFAULT_BLOCK_CELLS
+from caches.buffers import STATE_BUFFERS
+from caches.disk.cut import read_body
+from caches.disk.format import KIND_BLOCK, KIND_BLOCKED, KIND_STATE, decode, tokens_to_bytes
+from caches.disk.store import BLK, REC
 from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import Memory
 from runtime.config import EngineConfig
+from runtime.errors import StateFormatError
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 from runtime.slot.state import SlotState
@@ -186,6 +197,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         rows.append(_row("disk read + restore", nbytes, read_restores, m_fresh + m_into))
 
         rows += _block_rows(eng, tokens, slot_state, directory, args.block_cells, r, m_fresh, m_into)
+        rows += _read_rows(eng, tokens, slot_state, directory, args.block_cells, r)
 
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Legacy)
         with DiskTier(directory / "old", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
@@ -253,6 +265,105 @@ def _block_rows(
         _row(f"disk blocks ({block_cells}): read (assembled)", size, reads, m_fresh),
         _row(f"disk blocks ({block_cells}): read + restore", size, read_restores, m_fresh + m_into),
     ]
+
+
+def _before_payload(f: Any, n: int, crc: int) -> tuple[memoryview, int]:
+    """The previous whole-record read: 8 MiB chunks read one after the other, each checksummed after it."""
+    view = STATE_BUFFERS.take(n)
+    off = 0
+    while off < n:
+        got = f.readinto(view[off : min(n, off + (8 << 20))]) or 0
+        if got <= 0:
+            raise StateFormatError("truncated", "payload")
+        crc = zlib.crc32(view[off : off + got], crc)
+        off += got
+    return view.toreadonly(), crc
+
+
+def _before_read(tier: DiskTier, tokens: list[int]) -> memoryview:
+    """The previous `find` read path, one thread (the index lookup is the same and left out): the state
+    record, then each block's row looked up and its record read in order, checksummed as it is read."""
+    d = tier._digest(tokens_to_bytes(tokens))
+    item = tier._m.items[d]
+    fp, settings, store = tier._fp, tier.settings, tier._store
+    f = store.get(REC + d, read=True)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if not item.keys:
+            toks = item.tokens
+            return decode(
+                f, size, kind=KIND_STATE, fingerprint=fp, settings=settings, tokens=toks, body=_before_payload
+            ).payload
+        got: list[Any] = []
+
+        def body(rf: Any, n: int, crc: int) -> tuple[memoryview, int]:
+            b, crc = read_body(rf, n, crc, item.keys)
+            got.append(b)
+            return b.dst, crc
+
+        decode(f, size, kind=KIND_BLOCKED, fingerprint=fp, settings=settings, tokens=item.tokens, body=body)
+    b = got[0]
+    bc, geo = b.block_cells, b.geometry
+    want = bc * geo.cell_bytes
+    stage = memoryview(bytearray(want))
+    for i, k in enumerate(item.keys):
+        bf = store.get(BLK + k.hex(), read=True)
+
+        def cells(rf: Any, n: int, crc: int, i: int = i) -> tuple[memoryview, int]:
+            return memoryview(b""), geo.read_cells(rf, b.dst, i * bc, (i + 1) * bc, crc, stage)
+
+        with bf:
+            bsize = os.fstat(bf.fileno()).st_size
+            toks = item.tokens[i * bc : (i + 1) * bc]
+            decode(bf, bsize, kind=KIND_BLOCK, fingerprint=fp, settings=settings, tokens=toks, body=cells)
+    view: memoryview = b.dst
+    return view.toreadonly()
+
+
+def _read_rows(
+    eng: Engine, tokens: list[int], slot_state: SlotState, directory: Path, block_cells: int, r: int
+) -> list[dict[str, Any]]:
+    """The reads, now and before (`_before_read`), and a plain memcpy, measured alternating in one loop
+    (on a shared machine the load changes from one second to the next)."""
+    parts = slot_state.parts()
+    whole = sum(len(p) for p in parts)
+    src = np.frombuffer(bytes(slot_state.state), dtype=np.uint8)
+    dst = np.empty_like(src)
+    dst[:] = src
+    settings = eng.settings_key
+    tw = DiskTier(directory / "cmp-whole", fingerprint="bench", settings=settings, limit_bytes=0)
+    blocks = DiskBlocks(Memory.KV, block_cells)
+    tb = DiskTier(directory / "cmp-blocks", fingerprint="bench", settings=settings, limit_bytes=0, blocks=blocks)
+    with tw, tb:
+        tw.put(tokens, parts)
+        tb.put(tokens, parts)
+        names = ["memcpy (into mapped memory)", "disk read", "before: disk read"]
+        names += ["disk blocks read", "before: disk blocks read"]
+
+        def found(t: DiskTier) -> None:
+            got = t.find(tokens)
+            assert got is not None and len(got[1]) == whole
+
+        ops: list[Callable[[], object]] = [
+            lambda: np.copyto(dst, src),
+            lambda: found(tw),
+            lambda: _before_read(tw, tokens),
+            lambda: found(tb),
+            lambda: _before_read(tb, tokens),
+        ]
+        for op in ops:  # once each, untimed: every buffer mapped
+            op()
+        times: list[list[float]] = [[] for _ in ops]
+        for _ in range(r):
+            for op, out in zip(ops, times, strict=True):
+                out += _time(op, 1)
+        if bytes(tb.find(tokens)[1]) != bytes(_before_read(tb, tokens)):  # type: ignore[index]
+            raise RuntimeError("the two block reads disagree")
+    m = statistics.median(times[0])
+    label = f" ({block_cells}), alternating"
+    return [_row(name.replace("blocks read", "blocks read" + label) if "blocks" in name else f"{name}, alternating",
+                 len(src) if i == 0 else whole, t, None if i == 0 else m)
+            for i, (name, t) in enumerate(zip(names, times, strict=True))]  # fmt: skip
 
 
 def main(argv: list[str]) -> None:

@@ -18,10 +18,11 @@ the keys, with a block record's size and the whole record's, so the index knows 
 without reading a state record.
 
 Reading: `read_body` reads the body straight into one buffer of `whole_len` (from `STATE_BUFFERS`), every
-byte where the whole payload has it; each block is then read into its cells' places (`Geometry.read_cells`:
-one vectored read, `preadv`, straight into the places of its segments; a transposed segment's rows through
-a block-sized buffer). Each byte is copied once, from the page cache into the state, as a whole record is
-read; each record's CRC-32 is computed on the bytes just read.
+byte where the whole payload has it; meanwhile the blocks are read into their cells' places
+(`Geometry.place`: one vectored read, `preadv`, straight into the places of its segments; a transposed
+segment's rows through a block-sized buffer, then `scatter`), several at once (`caches.disk.reads`). Each
+byte is copied once, from the page cache into the state, as a whole record is read; each record's CRC-32
+is computed on the bytes just read.
 
 Invariants: the state read back is byte for byte the payload that was put, provided every block under a
 key holds the bytes of the first state stored with it (keys chain the tokens and everything before, so two
@@ -31,10 +32,9 @@ do not add up raises `StateFormatError` before anything large is allocated.
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,7 @@ from caches import kvstate
 from caches.blocks import DEFAULT_BLOCK_CELLS, chain_keys, chain_seed
 from caches.buffers import STATE_BUFFERS
 from caches.disk.format import Buffer, RecordFile
+from caches.disk.pread import pread_into
 from caches.kvstate import Memory
 from runtime.errors import InvalidConfig, StateFormatError, StateLayoutError
 
@@ -101,13 +102,16 @@ class Geometry:
                 out.append(np.ascontiguousarray(wide[:, a * cb : a * cb + m * cb]).reshape(-1).data)
         return out
 
-    def read_cells(self, f: RecordFile, dst: memoryview, a: int, b: int, crc: int, stage: memoryview) -> int:
-        """Read cells [a, b) (payload order, as `views` gives them) from `f` into their places in `dst`, in
-        one vectored read straight into them (a transposed segment's rows through `stage`, then put in
-        place); the crc continued over them."""
+    def has_wide(self) -> bool:
+        """Whether a segment is transposed (its cells' bytes are not contiguous in the state)."""
+        return any(rows > 1 for _, rows in self.shape)
+
+    def place(self, dst: memoryview, a: int, b: int, stage: memoryview) -> tuple[list[memoryview], list[Wide]]:
+        """Where cells [a, b) go when read in payload order: the views to fill one after the other (into
+        `dst` itself, a transposed segment's rows into `stage`), and those staged (for `scatter`)."""
         m = b - a
         views: list[memoryview] = []
-        wide: list[tuple[memoryview, int, int, int]] = []
+        wide: list[Wide] = []
         st_at = 0
         for (cb, rows), at in zip(self.shape, self.seg_at, strict=True):
             w = m * cb
@@ -118,40 +122,43 @@ class Geometry:
                 views.append(v)
                 wide.append((v, cb, rows, at))
                 st_at += rows * w
-        crc = read_views(f, views, crc)
+        return views, wide
+
+    def scatter(self, dst: memoryview, a: int, b: int, wide: list[Wide]) -> None:
+        """Put the staged rows of transposed segments (`place`) in their places in `dst`."""
+        m = b - a
         for v, cb, rows, at in wide:
             w = m * cb
             full = np.frombuffer(dst, np.uint8, rows * self.n_cells * cb, at).reshape(rows, -1)
             full[:, a * cb : a * cb + w] = np.frombuffer(v, np.uint8).reshape(rows, w)
             del full
+
+    def read_cells(self, f: RecordFile, dst: memoryview, a: int, b: int, crc: int, stage: memoryview) -> int:
+        """Read cells [a, b) (payload order, as `views` gives them) from `f` into their places in `dst`, in
+        one vectored read straight into them (a transposed segment's rows through `stage`, then put in
+        place); the crc continued over them."""
+        views, wide = self.place(dst, a, b, stage)
+        crc = read_views(f, views, crc)
+        self.scatter(dst, a, b, wide)
         return crc
 
 
-_IOV_MAX = 1024
+Wide = tuple[memoryview, int, int, int]
+"""A transposed segment's rows staged for `Geometry.scatter`: (staged view, cell bytes, rows, offset)."""
 
 
 def read_views(f: RecordFile, views: list[memoryview], crc: int) -> int:
     """Fill `views` one after the other from `f` (one `preadv` for a file; StateFormatError if it ends
     first); the crc continued over them."""
-    fileno = getattr(f, "fileno", None)
-    if fileno is None or not hasattr(os, "preadv"):
+    try:
+        fd = f.fileno()  # type: ignore[attr-defined]
+    except (AttributeError, OSError):  # not a file (io.BytesIO: a row kept in the database)
         for v in views:
             crc = read_into(f, v, crc)
         return crc
-    views = [v for v in views if len(v)]  # (a vectored read of nothing reads 0 bytes, as at the end)
-    fd, start = fileno(), f.tell()  # type: ignore[attr-defined]
-    pos, i, off = start, 0, 0  # the next view to fill, and how much of it is filled
-    while i < len(views):
-        batch = [views[i][off:], *views[i + 1 : i + _IOV_MAX]]
-        got = os.preadv(fd, batch, pos)
-        if got <= 0:
-            raise StateFormatError("truncated", f"a vectored read at byte {pos} got {got}")
-        pos += got
-        while i < len(views) and got >= len(views[i]) - off:
-            got -= len(views[i]) - off
-            i, off = i + 1, 0
-        off += got
-    f.seek(pos)  # type: ignore[attr-defined]
+    start = f.tell()  # type: ignore[attr-defined]
+    pread_into(fd, start, views)
+    f.seek(start + sum(len(v) for v in views))  # type: ignore[attr-defined]
     for v in views:
         crc = zlib.crc32(v, crc)
     return crc
@@ -237,10 +244,14 @@ class Body:
     block_cells: int
 
 
-def read_body(f: RecordFile, n: int, crc: int, keys: Sequence[bytes]) -> tuple[Body, int]:
+def read_body(
+    f: RecordFile, n: int, crc: int, keys: Sequence[bytes], begin: Callable[[Body], None] | None = None
+) -> tuple[Body, int]:
     """Read a body of `n` bytes into a fresh whole-payload buffer (see the module); the crc continued.
 
-    Raises StateFormatError if its tables do not add up or its keys are not `keys` (the manifest's)."""
+    `begin(body)` is called once the buffer is taken and the geometry known, before the body's own bytes
+    are read (the caller starts reading the blocks into their places meanwhile). Raises StateFormatError
+    if its tables do not add up or its keys are not `keys` (the manifest's)."""
     fixed = bytearray(_BODY.size)
     if n < _BODY.size:
         raise StateFormatError("truncated", "blocked body head")
@@ -276,13 +287,17 @@ def read_body(f: RecordFile, n: int, crc: int, keys: Sequence[bytes]) -> tuple[B
         pos += n_cells * cb * rows
     geo = Geometry(n_cells, shape, tuple(seg_at))
     dst = STATE_BUFFERS.take(whole)
+    body = Body(dst, geo, got_keys, bc)
+    if begin is not None:
+        begin(body)
     crc = read_into(f, dst[:pre], crc)
     starts = [pre, *(s + n_cells * cb * rows for s, (cb, rows) in zip(seg_at, shape, strict=True))]
     for start, gap in zip(starts, gaps, strict=True):
         crc = read_into(f, dst[start : start + gap], crc)
-    crc = geo.read_cells(f, dst, n_keys * bc, n_cells, crc, memoryview(bytearray(tail)))
+    stage = memoryview(bytearray(tail if geo.has_wide() else 0))
+    crc = geo.read_cells(f, dst, n_keys * bc, n_cells, crc, stage)
     crc = read_into(f, dst[whole - post :], crc)
-    return Body(dst, geo, got_keys, bc), crc
+    return body, crc
 
 
 def manifest(keys: Sequence[bytes], block_record: int, logical: int) -> bytes:

@@ -26,8 +26,10 @@ each field and the checksum, and raises `StateFormatError` with a short reason.
 No intermediate copies of a payload: `encode_parts` takes the payload as one buffer or a list of
 buffers and gives them back as parts to write (`PartsReader` hands them to diskcache in slices);
 `decode` reads the payload into one uninitialised buffer (from `caches.buffers.STATE_BUFFERS`: the
-memory of a freed state when there is one), checksumming each chunk right after reading it, and returns
-a read-only view of that buffer.
+memory of a freed state when there is one) and returns a read-only view of that buffer; from a file,
+a large payload is read and checksummed in pieces by a few threads at once (`caches.disk.pread`: the
+record's CRC-32 is its pieces' combined, so the format does not change), since one core's CRC-32 is
+slower than the copy out of the page cache.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from caches.buffers import STATE_BUFFERS
+from caches.disk.pread import PIECE, read_crc
 from caches.tokens import tokens_from_bytes, tokens_to_bytes
 from runtime.errors import StateFormatError
 
@@ -56,6 +59,7 @@ __all__ = [
     "StateFormatError",
     "encode",
     "encode_parts",
+    "record_head",
     "record_size",
     "tokens_to_bytes",
 ]
@@ -158,6 +162,16 @@ def encode(
     )
 
 
+def record_head(
+    kind: int, fingerprint: str | bytes, settings: str | bytes, token_bytes: bytes, payload_len: int
+) -> bytes:
+    """What a record holds before its payload (header, fingerprint, settings, tokens), as `encode_parts`
+    writes it: a record is exactly this, its payload and the CRC-32 of both."""
+    fp, st = _as_bytes(fingerprint), _as_bytes(settings)
+    head = _HEAD.pack(MAGIC, VERSION, kind, len(fp), len(st), len(token_bytes) // 4, payload_len)
+    return head + fp + st + token_bytes
+
+
 def payload_parts(payload: Payload) -> list[Buffer]:
     """The payload as a list of byte views (one per buffer), whichever form it came in."""
     items: Sequence[Buffer] = [payload] if isinstance(payload, bytes | bytearray | memoryview) else payload
@@ -165,23 +179,38 @@ def payload_parts(payload: Payload) -> list[Buffer]:
 
 
 class PartsReader:
-    """A file-like `read(n)` over buffers, for diskcache's `set(..., read=True)` (no joined copy)."""
+    """A file-like `read(n)` over buffers, for diskcache's `set(..., read=True)` (no joined copy).
+
+    Large buffers are handed on as views; runs of small ones (a blocked state's per-layer pieces: about
+    200 of a few KiB each) are joined into one chunk of up to `_JOIN` bytes, one write instead of one per
+    piece (a copy of only those few bytes)."""
 
     def __init__(self, parts: Sequence[Buffer]) -> None:
-        self._parts = [memoryview(p).cast("B") for p in parts if len(p)]
+        self._parts = [p if isinstance(p, bytes) else memoryview(p).cast("B") for p in parts if len(p)]
         self._i = 0
         self._off = 0
 
-    def read(self, n: int = -1) -> bytes | memoryview:
-        if self._i >= len(self._parts):
+    def read(self, n: int = -1) -> bytes | bytearray | memoryview:
+        parts = self._parts
+        if self._i >= len(parts):
             return b""
-        part = self._parts[self._i]
+        part = parts[self._i]
+        if self._off == 0 and len(part) < _SMALL and (n < 0 or n >= _JOIN):
+            joined, i = bytearray(), self._i
+            while i < len(parts) and len(parts[i]) < _SMALL and len(joined) + len(parts[i]) <= _JOIN:
+                joined += parts[i]
+                i += 1
+            self._i = i
+            return joined
         end = len(part) if n < 0 else min(len(part), self._off + n)
-        chunk = part[self._off : end]
+        chunk = memoryview(part)[self._off : end]
         self._off = end
         if self._off >= len(part):
             self._i, self._off = self._i + 1, 0
         return chunk
+
+
+_SMALL, _JOIN = 64 << 10, 1 << 20
 
 
 def _read_exact(f: RecordFile, n: int) -> bytes:
@@ -191,9 +220,25 @@ def _read_exact(f: RecordFile, n: int) -> bytes:
     return data
 
 
+def _fileno(f: RecordFile) -> int | None:
+    """The file descriptor under `f`, or None if it is not a file (`io.BytesIO`)."""
+    try:
+        return int(f.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+
+
 def _read_payload(f: RecordFile, n: int, crc: int) -> tuple[memoryview, int]:
-    """Read `n` bytes into one fresh buffer, checksumming chunk by chunk; (read-only view, crc)."""
+    """Read `n` bytes into one pooled buffer, checksumming as they come; (read-only view, crc).
+
+    From a file, a large payload is read and checksummed in pieces on the readers' pool (`pread`)."""
     view = STATE_BUFFERS.take(n)
+    fd = _fileno(f) if n > 2 * PIECE else None
+    if fd is not None:
+        start = f.tell()  # type: ignore[attr-defined]
+        crc = read_crc(fd, start, view, crc)
+        f.seek(start + n)  # type: ignore[attr-defined]
+        return view.toreadonly(), crc
     off = 0
     while off < n:
         got = f.readinto(view[off : min(n, off + _CHUNK)]) or 0

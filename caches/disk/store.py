@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,7 @@ MAN, BLK = "turnstile:k:", "turnstile:b:"
 SEQ = "turnstile-meta:seq"
 LOG = "turnstile-meta:log:"
 LOG_KEEP = 1024
+_MODE_BINARY = 2  # diskcache.core.MODE_BINARY: raw bytes in a value file
 BAD_SEQ = -2
 """`seq()` of a counter row that is not a plain int: never equal to a counter seen, so readers reload."""
 
@@ -156,6 +157,29 @@ class TierStore:
                 out.append((key, self.disk.fetch(mode, filename, value, False)))
             except Exception as e:  # UnsafeRecord, OSError: the caller removes the row and says why
                 out.append((key, e))
+        return out
+
+    def locate(self, keys: Sequence[str]) -> dict[str, str | Any]:
+        """Where each present row of `keys` is, in one indexed query per 500 keys: the full path of its value
+        file (a value kept beside the database), else its value (raw bytes, a `str`, an `int`) or the
+        exception reading it gives (`UnsafeRecord` for a pickled row). Absent rows are not in the result.
+
+        A file found here may be gone when it is opened (a row removed meanwhile): the caller sees that."""
+        out: dict[str, str | Any] = {}
+        for i in range(0, len(keys), 500):
+            chunk = list(keys[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = self.cache._sql(
+                f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN ({marks})", chunk
+            ).fetchall()
+            for key, mode, filename, value in rows:
+                if mode == _MODE_BINARY and filename:
+                    out[key] = os.path.join(self.directory, filename)
+                    continue
+                try:
+                    out[key] = self.disk.fetch(mode, filename, value, False)
+                except Exception as e:  # UnsafeRecord, OSError: the caller rejects the row and says why
+                    out[key] = e
         return out
 
     def sweep_files(self) -> int:
