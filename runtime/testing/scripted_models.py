@@ -38,7 +38,7 @@ _N_EMBD = _N_HEAD * _HEAD_DIM  # 384: room for the one-hot vocabulary and the fl
 _CHAIN, _NEWLINE_ANSWER, _FLAG_BIAS = 20.0, 15.0, 10.0  # logit weights (x sqrt(n_embd) after the norm)
 
 
-def _tokens(call: str, answer: str) -> tuple[list[bytes], list[int], dict[str, int]]:
+def _tokens(call: str, answer: str, second: str | None) -> tuple[list[bytes], list[int], dict[str, int]]:
     control, user = int(gguf.TokenType.CONTROL), int(gguf.TokenType.USER_DEFINED)
     normal, byte = int(gguf.TokenType.NORMAL), int(gguf.TokenType.BYTE)
     toks: list[tuple[str, int]] = [("<unk>", int(gguf.TokenType.UNKNOWN))]
@@ -46,15 +46,24 @@ def _tokens(call: str, answer: str) -> tuple[list[bytes], list[int], dict[str, i
     toks += [("<tool_call>", user), ("</tool_call>", user), ("<tool_response>", user), ("</tool_response>", user)]
     toks += [(f"<0x{b:02X}>", byte) for b in range(256)]
     toks += [("\n" + call + "\n", normal), (answer, normal)]
+    if second is not None:
+        toks.append((_second_text(second), normal))
     texts = [t for t, _ in toks]
     if len(set(texts)) != len(texts):
         raise ValueError("the call and the answer must differ from each other and from the special tokens")
     return [t.encode() for t in texts], [k for _, k in toks], {t: i for i, t in enumerate(texts)}
 
 
-def write_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 4096) -> Path:
-    """Write the model to `path` (see the module docstring); `call` is the JSON the call token holds."""
-    tokens, types, ids = _tokens(call, answer)
+def _second_text(call: str) -> str:
+    return "\n<tool_call>\n" + call + "\n</tool_call>"
+
+
+def write_tool_caller(path: Path, *, call: str, answer: str, second_call: str | None = None, n_ctx: int = 4096) -> Path:
+    """Write the model to `path` (see the module docstring); `call` is the JSON the call token holds.
+    `second_call`: after the first call's `</tool_call>` the model makes a second call (one token,
+    `\n<tool_call>\n{second_call}\n</tool_call>`) before `<|im_end|>`, whose logit comes second, so a
+    grammar that ends the reply after one call gets `<|im_end|>` there."""
+    tokens, types, ids = _tokens(call, answer, second_call)
     n_vocab = len(tokens)
     flag = n_vocab  # the residual dimension attention writes
     assert flag < _N_EMBD
@@ -112,7 +121,13 @@ def write_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 4096) 
     out = np.zeros((n_vocab, _N_EMBD), np.float32)
     call_tok, answer_tok = ids["\n" + call + "\n"], ids[answer]
     chain = [(newline, ids["<tool_call>"]), (ids["<tool_call>"], call_tok), (call_tok, ids["</tool_call>"])]
-    chain += [(ids["</tool_call>"], eos), (answer_tok, eos)]
+    chain += [(answer_tok, eos)]
+    if second_call is None:
+        chain.append((ids["</tool_call>"], eos))
+    else:
+        second_tok = ids[_second_text(second_call)]
+        chain += [(ids["</tool_call>"], second_tok), (second_tok, eos)]
+        out[eos, ids["</tool_call>"]] = _NEWLINE_ANSWER  # the runner-up: the end, when the grammar says so
     for prev, nxt in chain:
         out[nxt, prev] = _CHAIN
     out[answer_tok, newline] = _NEWLINE_ANSWER  # beaten by <tool_call> unless the flag adds its bias

@@ -174,6 +174,8 @@ def parse(req: ResponsesRequest) -> Turn:
         kw["tools"] = [t.chat_tool() for t in req.tools]
         if req.tool_choice is not None:
             kw["tool_choice"] = _tool_choice(req.tool_choice)
+        if req.parallel_tool_calls is not None:
+            kw["parallel_tool_calls"] = req.parallel_tool_calls
     elif isinstance(req.tool_choice, str):
         _tool_choice(req.tool_choice)  # checked all the same
     fmt = _format(req)
