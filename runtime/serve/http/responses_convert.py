@@ -17,6 +17,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.errors import BadInput
+from runtime.grammar import schema_for
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.responses_schema import (
@@ -153,6 +155,13 @@ def _format(req: ResponsesRequest) -> str | dict[str, Any] | None:
         return "json"
     if not isinstance(fmt.schema, dict):
         raise ApiError.bad_request("text.format.schema must be an object for json_schema", param="text.format.schema")
+    try:
+        schema_for(fmt.schema)  # the grammar converter's verdict now: a 400 that names the field, nothing queued
+    except BadInput as e:
+        name = f" {fmt.name!r}" if fmt.name else ""
+        raise ApiError.bad_request(
+            f"Invalid schema for text.format{name}: {e}", param="text.format.schema", code="invalid_json_schema"
+        ) from None
     return fmt.schema
 
 
