@@ -1,6 +1,7 @@
 """`parallel_tool_calls` (chat completions, Responses) and Messages' `disable_parallel_tool_use`: false means
 at most one call per reply, in the grammar (one call, then the end of the reply) and in the parse (the first
-call kept, as llama-server's parser reads one call and then the end); true lets a reply make several.
+call kept); true lets a reply make several. (llama-server's own false is looser on Hermes-style formats: see
+`test_explicit_flags_match_llama_server`.)
 
 The HTTP tests run a real `turnstile serve` on `write_tool_caller`'s model with a second call: its greedy
 reply is two calls, unless the grammar ends the reply after the first.
@@ -20,14 +21,18 @@ from runtime import Runtime
 from runtime.errors import InvalidRequest
 from runtime.grammar.gbnf import format_literal
 from runtime.loop.constraints import Constraints
+from runtime.testing.llama_server import LlamaServer
+from runtime.testing.oracle import llama_server_binary
 from runtime.testing.process import ServeProcess
 from runtime.testing.scripted_models import write_tool_caller
 from runtime.tools import HermesFormat, ToolFormat, ToolPlan
 
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 SECOND = '{"name": "get_weather", "arguments": {"city": "Rome"}}'
-PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-CHAT_TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}
+PARAMS: Any = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+CHAT_TOOL: Any = {"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}
+RESP_TOOL: Any = {"type": "function", "name": "get_weather", "parameters": PARAMS, "strict": True}
+ANT_TOOL: Any = {"name": "get_weather", "input_schema": PARAMS}
 TWO_CALLS = f"<tool_call>\n{CALL}\n</tool_call>\n<tool_call>\n{SECOND}\n</tool_call>"
 
 
@@ -56,7 +61,12 @@ def test_grammar_admits_several_calls_only_when_parallel() -> None:
 
 def test_parallel_tool_calls_must_be_a_bool() -> None:
     with pytest.raises(InvalidRequest, match="parallel_tool_calls"):
-        Constraints.build(tools=[CHAT_TOOL], parallel_tool_calls="no", tool_format=hermes, generation_prompt=lambda: "")
+        Constraints.build(
+            tools=[CHAT_TOOL],
+            parallel_tool_calls="no",  # type: ignore[arg-type]
+            tool_format=hermes,
+            generation_prompt=lambda: "",
+        )
 
 
 @pytest.mark.anyio
@@ -89,17 +99,17 @@ def cities(calls: list[Any]) -> list[str]:
 def test_http_dialects_make_one_call_unless_parallel(server: Any, flag: bool | None, want: list[str]) -> None:
     oai = OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
     extra: dict[str, Any] = {} if flag is None else {"parallel_tool_calls": flag}
-    user = [{"role": "user", "content": "Weather in Paris and Rome?"}]
+    user: Any = [{"role": "user", "content": "Weather in Paris and Rome?"}]
     chat = oai.chat.completions.create(
         model="m", messages=user, tools=[CHAT_TOOL], tool_choice="required", temperature=0, max_tokens=16, **extra
-    )  # type: ignore[call-overload]
+    )
     calls = chat.choices[0].message.tool_calls or []
     assert cities([c.function.arguments for c in calls]) == want
     assert chat.choices[0].finish_reason == "tool_calls"
     resp = oai.responses.create(
         model="m",
-        input=user,  # type: ignore[arg-type]
-        tools=[{"type": "function", "name": "get_weather", "parameters": PARAMS, "strict": True}],
+        input=user,
+        tools=[RESP_TOOL],
         tool_choice="required",
         temperature=0,
         max_output_tokens=16,
@@ -109,14 +119,45 @@ def test_http_dialects_make_one_call_unless_parallel(server: Any, flag: bool | N
     assert cities([o.arguments for o in resp.output if o.type == "function_call"]) == want
     assert resp.parallel_tool_calls is (True if flag is None else flag)
     ant = Anthropic(base_url=server.url, api_key="none", max_retries=0)
-    choice: dict[str, Any] = {"type": "any"} | ({} if flag is None else {"disable_parallel_tool_use": not flag})
+    choice: Any = {"type": "any"} | ({} if flag is None else {"disable_parallel_tool_use": not flag})
     msg = ant.messages.create(
         model="m",
         max_tokens=16,
-        messages=user,  # type: ignore[arg-type]
-        tools=[{"name": "get_weather", "input_schema": PARAMS}],
-        tool_choice=choice,  # type: ignore[arg-type]
+        messages=user,
+        tools=[ANT_TOOL],
+        tool_choice=choice,
         extra_body={"temperature": 0},
     )
     assert cities([b.input for b in msg.content if b.type == "tool_use"]) == want
     assert msg.stop_reason == "tool_use"
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+def test_explicit_flags_match_llama_server(server: Any, tmp_path: Path) -> None:
+    """`parallel_tool_calls: true`: llama-server's /v1/chat/completions makes the same two calls. `false`: turnstile
+    makes one; llama-server still makes two on this (Hermes-style, one `<tool_call>` per call) format: its
+    autoparser wraps the one-call parser in `one_or_more` for formats with a per-call opener and no section
+    (common/chat-auto-parser-generator.cpp, build_tool_parser_json_native), so the flag only limits calls inside
+    one section. turnstile keeps to the API's meaning (at most one call); the test notices if llama.cpp changes.
+    (Without the flag llama-server is parallel where the template can render several calls; turnstile makes one.)"""
+    path = write_tool_caller(tmp_path / "two.gguf", call=CALL, answer="Sunny.", second_call=SECOND)
+    user: Any = [{"role": "user", "content": "Weather in Paris and Rome?"}]
+
+    def calls(url: str, flag: bool) -> list[str]:
+        oai = OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        r = oai.chat.completions.create(
+            model="m",
+            messages=user,
+            tools=[CHAT_TOOL],
+            tool_choice="required",
+            temperature=0,
+            max_tokens=16,
+            parallel_tool_calls=flag,
+        )
+        return cities([c.function.arguments for c in r.choices[0].message.tool_calls or []])  # type: ignore[union-attr]
+
+    with LlamaServer(llama_server_binary(), path, n_ctx=2048, threads=1, cache_ram_mib=64) as srv:
+        want = {flag: calls(srv.url, flag) for flag in (False, True)}
+    assert want == {False: ["Paris", "Rome"], True: ["Paris", "Rome"]}
+    assert {flag: calls(server.url, flag) for flag in (False, True)} == {False: ["Paris"], True: want[True]}

@@ -42,8 +42,9 @@ class ToolPlan:
         """Check everything and build the grammar; `InvalidTool`, or the converter's error for a bad schema.
         `grammar=False`: no grammar (a raw grammar of the caller's decides the text; the plan renders and parses).
         `parallel`: True lets the grammar admit several calls (where the format can write them); False and None
-        admit one, then the end of the reply; False also makes `parse` keep only the first call (llama-server's
-        parser with `parallel_tool_calls: false` reads one call, then the end)."""
+        admit one, then the end of the reply; False also makes `parse` keep only the first call (a raw grammar
+        may still write several). llama-server's false limits calls only inside one section: formats with one
+        opener per call (Hermes `<tool_call>`) still get several there; turnstile keeps to the API's meaning."""
         checked = as_tools(tools)
         choice = resolve_tool_choice(tool_choice, checked)
         several = parallel is True and fmt.parallel
