@@ -4,8 +4,10 @@ on the scripted backend; the numbers are checked against the store's own records
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -13,7 +15,7 @@ import pytest
 
 from runtime import Runtime
 from runtime.serve.http import app as make_app
-from runtime.serve.http.responses_store import KeyStats, ResponseStore
+from runtime.serve.http.responses_store import KeyStats, Record, ResponseStore
 from runtime.serve.http.tenants import Keyring
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
@@ -86,3 +88,27 @@ async def test_metrics_count_stored_responses_bytes_and_evictions_per_key_name()
     assert samples(text, "stored_response_evictions_by_key_total") == {'key="alice"': 1, 'key="bob"': 0}
     assert store.gauges() == st
     assert not any(key in text for key in KEYS.values())
+
+
+def test_per_key_counts_follow_put_delete_and_reopen(tmp_path: Path) -> None:
+    def rec(n: int, tenant: str) -> Record:
+        rid = f"resp_{n:048x}"
+        return Record(id=rid, tenant=tenant, session=f"s{n}", upto=2, response={"id": rid, "pad": "x" * n}, items=[])
+
+    def size(n: int) -> int:
+        return (tmp_path / f"resp_{n:048x}.json").stat().st_size
+
+    store = ResponseStore(tmp_path, max_responses=10)
+    for n, tenant in ((1, "a"), (2, "b"), (3, "a"), (4, "b")):
+        store.put(rec(n, tenant))
+    store.delete("b", f"resp_{2:048x}")
+    want = {"a": KeyStats(responses=2, bytes=size(1) + size(3)), "b": KeyStats(responses=1, bytes=size(4))}
+    assert store.stats().by_key == store.gauges().by_key == want
+    os.utime(tmp_path / f"resp_{1:048x}.json", ns=(1, 1))  # the oldest file: evicted first at the reopen
+    smaller = ResponseStore(tmp_path, max_responses=2)
+    st = smaller.stats()
+    assert st.by_key == {
+        "a": KeyStats(responses=1, bytes=size(3), evicted=1),
+        "b": KeyStats(responses=1, bytes=size(4)),
+    }
+    assert (st.responses, st.bytes, st.evicted) == (2, size(3) + size(4), 1) and smaller.gauges() == st
