@@ -52,7 +52,7 @@ def test_sampling_options_are_the_sampling_fields() -> None:
     assert set(SamplingOptions.__annotations__) == set(Sampling.__struct_fields__)
     assert TurnOptions.__optional_keys__ == set(Sampling.__struct_fields__) | CONSTRAINT_KEYS | {"timeout"}
     assert TurnOptions.__required_keys__ == frozenset()
-    assert {"response_format", "grammar", "tools", "tool_choice"} == CONSTRAINT_KEYS
+    assert {"response_format", "grammar", "tools", "tool_choice", "parallel_tool_calls"} == CONSTRAINT_KEYS
 
 
 @pytest.mark.parametrize("method", TURN_METHODS)

@@ -64,6 +64,7 @@ class Constraints:
         grammar: object = None,
         tools: Sequence[Any] | None = None,
         tool_choice: object = "auto",
+        parallel_tool_calls: bool | None = None,
         tool_format: Callable[[], ToolFormat],
         generation_prompt: Callable[[], str],
         check_grammar: Callable[[GrammarSpec], None] = lambda _spec: None,
@@ -82,7 +83,9 @@ class Constraints:
         if tools:
             if not isinstance(tools, Sequence) or isinstance(tools, str | bytes | Mapping):
                 raise InvalidRequest("tools must be a list of tool dicts or functions")
-            plan = ToolPlan.build(tool_format(), tools, tool_choice, grammar=raw is None)
+            if parallel_tool_calls is not None and not isinstance(parallel_tool_calls, bool):
+                raise InvalidRequest("parallel_tool_calls must be true or false")
+            plan = ToolPlan.build(tool_format(), tools, tool_choice, parallel=parallel_tool_calls, grammar=raw is None)
             spec = raw
             if raw is not None:
                 check_grammar(raw)

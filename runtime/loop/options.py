@@ -67,19 +67,24 @@ class TurnOptions(SamplingOptions, total=False):
 
     `response_format` (a msgspec Struct, dataclass or TypedDict type, a JSON-schema dict, or "json") constrains
     the reply to JSON (`reply.parsed`); `grammar` to a GBNF grammar; `tools` lets the model call them
-    (`reply.tool_calls`), under `tool_choice`; at most one of the three. `timeout`: seconds from the call until
-    the reply (queueing included); on expiry `RequestTimeout` and nothing is committed.
+    (`reply.tool_calls`), under `tool_choice`; at most one of the three. `parallel_tool_calls`: True lets a
+    reply make several calls, False at most one (grammar and parse), None (the default) one by the grammar.
+    `timeout`: seconds from the call until the reply (queueing included); on expiry `RequestTimeout` and
+    nothing is committed.
     """
 
     response_format: ResponseFormat
     grammar: str | None
     tools: ToolsArg | None
     tool_choice: ToolChoiceArg
+    parallel_tool_calls: bool | None
     timeout: float | None
 
 
 SAMPLING_KEYS: frozenset[str] = frozenset(SamplingOptions.__annotations__)
-CONSTRAINT_KEYS: frozenset[str] = frozenset({"response_format", "grammar", "tools", "tool_choice"})
+CONSTRAINT_KEYS: frozenset[str] = frozenset(
+    {"response_format", "grammar", "tools", "tool_choice", "parallel_tool_calls"}
+)
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ def check_turn_options(options: Mapping[str, Any], backend: SlotBackend) -> Chec
         grammar=options.get("grammar"),
         tools=options.get("tools"),
         tool_choice=options.get("tool_choice", "auto"),
+        parallel_tool_calls=options.get("parallel_tool_calls"),
         tool_format=backend.tool_format,
         generation_prompt=backend.generation_prompt,
         check_grammar=backend.check_grammar,

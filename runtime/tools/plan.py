@@ -27,6 +27,7 @@ class ToolPlan:
     choice: ToolChoice
     grammar: ToolGrammar | None
     parallel: bool = False
+    single: bool = False  # `parallel_tool_calls: false`: a reply keeps at most its first call, whatever the grammar
 
     @classmethod
     def build(
@@ -35,16 +36,20 @@ class ToolPlan:
         tools: Sequence[Tool | Mapping[str, Any] | Callable[..., Any]],
         tool_choice: object = "auto",
         *,
-        parallel: bool = False,
+        parallel: bool | None = False,
         grammar: bool = True,
     ) -> ToolPlan:
         """Check everything and build the grammar; `InvalidTool`, or the converter's error for a bad schema.
-        `grammar=False`: no grammar (a raw grammar of the caller's decides the text; the plan renders and parses)."""
+        `grammar=False`: no grammar (a raw grammar of the caller's decides the text; the plan renders and parses).
+        `parallel`: True lets the grammar admit several calls (where the format can write them); False and None
+        admit one, then the end of the reply; False also makes `parse` keep only the first call (a raw grammar
+        may still write several). llama-server's false limits calls only inside one section: formats with one
+        opener per call (Hermes `<tool_call>`) still get several there; turnstile keeps to the API's meaning."""
         checked = as_tools(tools)
         choice = resolve_tool_choice(tool_choice, checked)
-        parallel = parallel and fmt.parallel
-        built = fmt.grammar(checked, choice, parallel=parallel) if grammar else None
-        return cls(fmt, checked, choice, built, parallel)
+        several = parallel is True and fmt.parallel
+        built = fmt.grammar(checked, choice, parallel=several) if grammar else None
+        return cls(fmt, checked, choice, built, several, single=parallel is False)
 
     def render_plan(self, messages: list[dict[str, Any]]) -> RenderPlan:
         """The chat template's input for OpenAI-shaped `messages` (e.g. `Session.chat_messages()`)."""
@@ -58,11 +63,17 @@ class ToolPlan:
     def parse(self, text: str, *, seed: str | None = None) -> ParsedReply:
         """The reply's content and tool calls; `ToolCallParseError` for a malformed or missing call. Ids the
         model did not write come from `seed` (random without one)."""
-        return self.format.parse(text, self.tools, self.choice, seed=seed)
+        reply = self.format.parse(text, self.tools, self.choice, seed=seed)
+        if self.single and len(reply.tool_calls) > 1:
+            return ParsedReply(reply.content, reply.tool_calls[:1])
+        return reply
 
     def partial(self, text: str, *, seed: str | None = None) -> PartialReply:
         """What a prefix of the reply says so far (streaming; never raises): pass `parse` the same `seed`."""
-        return self.format.partial(text, self.tools, self.choice, seed=seed)
+        part = self.format.partial(text, self.tools, self.choice, seed=seed)
+        if self.single and len(part.calls) > 1:
+            return PartialReply(part.content, part.calls[:1])
+        return part
 
     def tool(self, name: str) -> Tool | None:
         """The tool called `name`, if offered."""

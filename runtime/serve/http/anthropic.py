@@ -245,6 +245,8 @@ def _tools(req: CountRequest) -> dict[str, Any]:
             out["tool_choice"] = choice.name
         else:
             out["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+        if choice.disable_parallel_tool_use is not None:
+            out["parallel_tool_calls"] = not choice.disable_parallel_tool_use
     return out
 
 

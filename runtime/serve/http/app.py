@@ -110,6 +110,7 @@ def build(
         keyring = Keyring.from_options(api_key)
     elif api_key is not None:
         raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
+    store = responses if responses is not None else ResponseStore()
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
@@ -125,7 +126,7 @@ def build(
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     async def prometheus(_request: Request) -> Response:
-        return Response(metrics.render(state), media_type=metrics.CONTENT_TYPE)
+        return Response(metrics.render(state, store), media_type=metrics.CONTENT_TYPE)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -145,7 +146,7 @@ def build(
         *session_routes(state),
         *ResponsesApi(
             state,
-            responses if responses is not None else ResponseStore(),
+            store,
             max_body_bytes=max_body_bytes,
             request_timeout=request_timeout,
         ).routes(),

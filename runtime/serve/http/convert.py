@@ -145,6 +145,8 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         extras["tools"] = req.tools
         if req.tool_choice is not None:
             extras["tool_choice"] = req.tool_choice
+        if req.parallel_tool_calls is not None:
+            extras["parallel_tool_calls"] = req.parallel_tool_calls
     if req.response_format is not None:
         fmt = _response_format(req.response_format)
         if fmt is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from runtime.serve.http.responses_store import ResponseStore
 from runtime.serve.http.state import ServeState
 
 __all__ = ["CONTENT_TYPE", "render"]
@@ -37,8 +38,8 @@ class _Text:
             self.lines.append(f"turnstile_{name}{'{' + tag + '}' if tag else ''} {value}")
 
 
-def render(state: ServeState) -> str:
-    """The exposition text; only the HTTP counters and `ready` while the model loads."""
+def render(state: ServeState, store: ResponseStore | None = None) -> str:
+    """The exposition text; only the HTTP counters, `ready` and the Responses store while the model loads."""
     out = _Text()
     rt = state.runtime
     out.metric(
@@ -62,6 +63,8 @@ def render(state: ServeState) -> str:
     out.metric(
         "client_disconnects_total", "counter", "chat requests whose client left first", [({}, state.disconnects)]
     )
+    if store is not None:
+        _store(out, store)
     if rt is None:
         return "\n".join(out.lines) + "\n"
     st = rt.stats()
@@ -124,3 +127,34 @@ def render(state: ServeState) -> str:
     out.metric("draft_tokens_total", "counter", "tokens drafted by n-gram speculation, and accepted", drafts)
     out.metric("sessions", "gauge", "sessions in the store", [({}, st.sessions)])
     return "\n".join(out.lines) + "\n"
+
+
+def _store(out: _Text, store: ResponseStore) -> None:
+    """The stored responses of the Responses API: totals, the limits, and each API key name's share."""
+    st = store.gauges()
+    out.metric("stored_responses", "gauge", "responses kept for previous_response_id", [({}, st.responses)])
+    out.metric("stored_response_bytes", "gauge", "bytes of the stored responses", [({}, st.bytes)])
+    limits: list[tuple[Labels, int]] = [({"kind": "responses"}, st.max_responses), ({"kind": "bytes"}, st.max_bytes)]
+    out.metric("stored_response_limit", "gauge", "the store's limits (least recently used evicted past them)", limits)
+    out.metric(
+        "stored_response_evictions_total", "counter", "stored responses evicted past the limits", [({}, st.evicted)]
+    )
+    keys = sorted(st.by_key.items())
+    out.metric(
+        "stored_responses_by_key",
+        "gauge",
+        "stored responses by API key name (never the key)",
+        (({"key": k}, s.responses) for k, s in keys),
+    )
+    out.metric(
+        "stored_response_bytes_by_key",
+        "gauge",
+        "bytes of stored responses by API key name (never the key)",
+        (({"key": k}, s.bytes) for k, s in keys),
+    )
+    out.metric(
+        "stored_response_evictions_by_key_total",
+        "counter",
+        "stored responses evicted, by the API key name that made them (never the key)",
+        (({"key": k}, s.evicted) for k, s in keys),
+    )

@@ -17,6 +17,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.errors import BadInput
+from runtime.grammar import schema_for
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.responses_schema import (
@@ -154,6 +156,13 @@ def _format(req: ResponsesRequest) -> str | dict[str, Any] | None:
         return "json"
     if not isinstance(fmt.schema, dict):
         raise ApiError.bad_request("text.format.schema must be an object for json_schema", param="text.format.schema")
+    try:
+        schema_for(fmt.schema)  # the grammar converter's verdict now: a 400 that names the field, nothing queued
+    except BadInput as e:
+        name = f" {fmt.name!r}" if fmt.name else ""
+        raise ApiError.bad_request(
+            f"Invalid schema for text.format{name}: {e}", param="text.format.schema", code="invalid_json_schema"
+        ) from None
     return fmt.schema
 
 
@@ -175,6 +184,8 @@ def parse(req: ResponsesRequest) -> Turn:
         kw["tools"] = [t.chat_tool() for t in req.tools]
         if req.tool_choice is not None:
             kw["tool_choice"] = _tool_choice(req.tool_choice)
+        if req.parallel_tool_calls is not None:
+            kw["parallel_tool_calls"] = req.parallel_tool_calls
     elif isinstance(req.tool_choice, str):
         _tool_choice(req.tool_choice)  # checked all the same
     fmt = _format(req)

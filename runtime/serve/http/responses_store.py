@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ import msgspec
 from runtime.errors import InvalidConfig, ResponseNotFound
 from runtime.log import get_logger
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_RESPONSES", "Record", "ResponseStore", "StoreStats"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_RESPONSES", "KeyStats", "Record", "ResponseStore", "StoreStats"]
 
 log = get_logger(__name__)
 
@@ -55,12 +55,21 @@ class Record(msgspec.Struct, kw_only=True):
     created: float = msgspec.field(default_factory=time.time)
 
 
+class KeyStats(msgspec.Struct, frozen=True, kw_only=True):
+    """One tenant's (API key name's) share of the store: responses and bytes held, responses evicted."""
+
+    responses: int = 0
+    bytes: int = 0
+    evicted: int = 0
+
+
 class StoreStats(msgspec.Struct, frozen=True, kw_only=True):
     responses: int
     bytes: int
     evicted: int
     max_responses: int
     max_bytes: int
+    by_key: dict[str, KeyStats] = msgspec.field(default_factory=dict)  # key name (never the key) -> its share
 
 
 @dataclass
@@ -97,6 +106,9 @@ class ResponseStore:
         self._claimed: set[str] = set()  # sessions a running request continues in place
         self._bytes = 0
         self.evictions = 0
+        self._evictions_by_key: Counter[str] = Counter()  # per tenant (key name): evicted, held, bytes held
+        self._held_by_key: Counter[str] = Counter()
+        self._bytes_by_key: Counter[str] = Counter()
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._load()
@@ -123,7 +135,28 @@ class ResponseStore:
                 evicted=self.evictions,
                 max_responses=self.max_responses,
                 max_bytes=self.max_bytes,
+                by_key=self._by_key(),
             )
+
+    def gauges(self) -> StoreStats:
+        """`stats()` without taking the lock (copies of counters kept as records come and go), so that a
+        /metrics scrape never waits for a record being written; each number is current, together they may
+        be one write apart."""
+        return StoreStats(
+            responses=len(self._entries),
+            bytes=self._bytes,
+            evicted=self.evictions,
+            max_responses=self.max_responses,
+            max_bytes=self.max_bytes,
+            by_key=self._by_key(),
+        )
+
+    def _by_key(self) -> dict[str, KeyStats]:
+        held, size, gone = dict(self._held_by_key), dict(self._bytes_by_key), dict(self._evictions_by_key)
+        return {
+            n: KeyStats(responses=held.get(n, 0), bytes=size.get(n, 0), evicted=gone.get(n, 0))
+            for n in sorted(set(held) | set(gone))
+        }
 
     # --- continuing ----------------------------------------------------------------------------------
 
@@ -157,8 +190,7 @@ class ResponseStore:
                 log.warning("responses.too_large", response_id=record.id, bytes=len(raw), limit=self.max_bytes)
                 return self._orphans(touched)
             self._write(record.id, raw)
-            self._entries[record.id] = _Entry(record.tenant, record.session, record.upto, len(raw))
-            self._bytes += len(raw)
+            self._add(record.id, _Entry(record.tenant, record.session, record.upto, len(raw)))
             while len(self._entries) > self.max_responses or self._bytes > self.max_bytes:
                 victim, entry = next(iter(self._entries.items()))
                 self._remove(victim)
@@ -166,6 +198,7 @@ class ResponseStore:
                 while len(self._evicted) > _EVICTED_MEMORY:
                     self._evicted.popitem(last=False)
                 self.evictions += 1
+                self._evictions_by_key[entry.tenant] += 1
                 touched.add(entry.session)
                 log.info("responses.evicted", response_id=victim, bytes=entry.size)
             return self._orphans(touched)
@@ -185,9 +218,25 @@ class ResponseStore:
         live = {e.session for e in self._entries.values()} | self._claimed
         return sorted(sessions - live)
 
+    def _add(self, response_id: str, entry: _Entry) -> None:
+        old = self._entries.pop(response_id, None)
+        if old is not None:  # the same id again: its old size goes
+            self._forget(old)
+        self._entries[response_id] = entry
+        self._bytes += entry.size
+        self._held_by_key[entry.tenant] += 1
+        self._bytes_by_key[entry.tenant] += entry.size
+
+    def _forget(self, entry: _Entry) -> None:
+        self._bytes -= entry.size
+        self._held_by_key[entry.tenant] -= 1
+        self._bytes_by_key[entry.tenant] -= entry.size
+        if self._held_by_key[entry.tenant] <= 0:
+            del self._held_by_key[entry.tenant], self._bytes_by_key[entry.tenant]
+
     def _remove(self, response_id: str) -> None:
         entry = self._entries.pop(response_id)
-        self._bytes -= entry.size
+        self._forget(entry)
         if self.directory is None:
             del self._memory[response_id]
         else:
@@ -233,11 +282,11 @@ class ResponseStore:
                 continue
             found.append((path.stat().st_mtime_ns, rec.id, _Entry(rec.tenant, rec.session, rec.upto, len(raw))))
         for _mtime, rid, entry in sorted(found, key=lambda t: (t[0], t[1])):
-            self._entries[rid] = entry
-            self._bytes += entry.size
+            self._add(rid, entry)
         while self._entries and (len(self._entries) > self.max_responses or self._bytes > self.max_bytes):
-            victim = next(iter(self._entries))  # the limits were lowered since: the oldest go
+            victim, entry = next(iter(self._entries.items()))  # the limits were lowered since: the oldest go
             self._remove(victim)
             self.evictions += 1
+            self._evictions_by_key[entry.tenant] += 1
             log.info("responses.evicted", response_id=victim, at="load")
         log.info("responses.loaded", responses=len(self._entries), bytes=self._bytes)
