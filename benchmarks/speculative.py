@@ -21,7 +21,8 @@ replies equal turnstile's without speculation.
 It also times rebuilding a conversation's n-gram index from its tokens (what a swap costs).
 
     python -m benchmarks speculative [--reps 3] [--copy-runs 2] [--agent-turns 2] [--chat-turns 3]
-                                     [--threads 2] [--llama-server BIN] [--no-bare] [--out DIR]
+                                     [--threads 2] [--llama-server BIN] [--no-bare] [--workloads copy,agent,chat]
+                                     [--out DIR]
 """
 
 from __future__ import annotations
@@ -322,6 +323,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--n-ctx", type=int, default=w.N_CTX)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="compare with llama-server's ngram-map-k")
+    ap.add_argument("--workloads", default="copy,agent,chat", help="which workloads, comma-separated")
     ap.add_argument("--no-bare", action="store_true", help="leave out the bare engine loop (copy workload)")
     ap.add_argument("--out", default=None, metavar="DIR")
     args = ap.parse_args(argv)
@@ -346,6 +348,10 @@ def main(argv: list[str]) -> None:
         ("agent", lambda s: run_agent(s, args.agent_turns), (Turnstile, Server)),
         ("chat", lambda s: run_chat(s, args.chat_turns), (Turnstile,)),
     ]
+    chosen = [x for x in args.workloads.split(",") if x]
+    if unknown := set(chosen) - {name for name, _, _ in workloads}:
+        ap.error(f"--workloads: unknown {sorted(unknown)} (copy, agent, chat)")
+    workloads = [wl for wl in workloads if wl[0] in chosen]
     tallies: dict[tuple[str, str], Tally] = {}
     systems: list[System] = []
     try:
