@@ -11,14 +11,18 @@ Workloads (greedy, SmolLM2 by default, 2 threads, n_batch 2048, n_ubatch 512, fl
   little is copied: speculation must cost nothing there (turnstile only).
 
 Systems: turnstile without and with `speculative="ngram"`, and with `--llama-server BIN` llama-server
-`-np 1` with `--spec-type none` and `ngram-map-k`. Every repetition runs each workload on every system in
-turn (systems alternate, all kept open), and the table gives decode tokens/s (generated tokens / decode
-time: turnstile's `timings.decode`, llama-server's `predicted_ms`) as the median and the range over the
-repetitions, drafted and accepted tokens, and how many replies equal turnstile's without speculation.
+`-np 1` with `--spec-type none` and `ngram-map-k`; on the copy workload also `engine loop`, the bare minimum
+(`runtime.llama.Engine` alone: prefill, then `decode` one token + `argmax` on the logits until EOS or the
+limit, no slot, no sampler, no detokenization), to show what turnstile's per-token path costs over it.
+Every repetition runs each workload on every system in turn (systems alternate, all kept open), and the table
+gives decode tokens/s (generated tokens / decode time: turnstile's `timings.decode`, llama-server's
+`predicted_ms`) as the median and the range over the repetitions, drafted and accepted tokens, and how many
+replies equal turnstile's without speculation.
 It also times rebuilding a conversation's n-gram index from its tokens (what a swap costs).
 
     python -m benchmarks speculative [--reps 3] [--copy-runs 2] [--agent-turns 2] [--chat-turns 3]
-                                     [--threads 2] [--llama-server BIN] [--out DIR]
+                                     [--threads 2] [--llama-server BIN] [--no-bare] [--workloads copy,agent,chat]
+                                     [--out DIR]
 """
 
 from __future__ import annotations
@@ -192,7 +196,47 @@ class Server:
         self.srv.stop()
 
 
-System = Turnstile | Server
+class Bare:
+    """The bare minimum: the engine alone, greedy by argmax, timed from the first token like turnstile."""
+
+    def __init__(self, name: str, settings: w.Settings) -> None:
+        from runtime.config import EngineConfig
+        from runtime.llama.engine import Engine
+
+        self.name = name
+        cfg = EngineConfig(
+            n_ctx=settings.n_ctx,
+            n_batch=w.N_BATCH,
+            n_ubatch=w.N_UBATCH,
+            n_threads=settings.threads,
+            n_threads_batch=settings.threads,
+            flash_attn=True,
+        )
+        self.eng = Engine(settings.model, cfg)
+
+    def turn(self, msgs: Messages, max_tokens: int) -> Turn:
+        eng = self.eng
+        prompt = eng.render(msgs).tokens
+        eng.seq_rm(-1, -1)
+        for start in range(0, len(prompt), eng.n_batch):
+            eng.decode(prompt[start : start + eng.n_batch], start)
+        t0 = time.perf_counter()
+        out: list[int] = []
+        while True:
+            tok = eng.argmax()
+            out.append(tok)
+            if eng.is_eog(tok) or len(out) >= max_tokens:
+                break
+            eng.decode([tok], len(prompt) + len(out) - 1)
+        dt = time.perf_counter() - t0
+        text = eng.detokenize(out[:-1] if eng.is_eog(out[-1]) else out)
+        return Turn(text, len(out), dt, 0, 0)
+
+    def close(self) -> None:
+        self.eng.close()
+
+
+System = Turnstile | Server | Bare
 
 
 # --- workloads -------------------------------------------------------------------------------------------
@@ -279,6 +323,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--n-ctx", type=int, default=w.N_CTX)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="compare with llama-server's ngram-map-k")
+    ap.add_argument("--workloads", default="copy,agent,chat", help="which workloads, comma-separated")
+    ap.add_argument("--no-bare", action="store_true", help="leave out the bare engine loop (copy workload)")
     ap.add_argument("--out", default=None, metavar="DIR")
     args = ap.parse_args(argv)
     _cli.check_binary(ap, args.llama_server)
@@ -288,27 +334,34 @@ def main(argv: list[str]) -> None:
         ("turnstile", lambda: Turnstile("turnstile", settings, None)),
         ("turnstile ngram", lambda: Turnstile("turnstile ngram", settings, "ngram")),
     ]
+    if not args.no_bare:
+        makers.append(("engine loop", lambda: Bare("engine loop", settings)))
     if args.llama_server:
         binary = args.llama_server
         makers += [
             ("llama-server none", lambda: Server("llama-server none", settings, binary, "none")),
             ("llama-server ngram-map-k", lambda: Server("llama-server ngram-map-k", settings, binary, "ngram-map-k")),
         ]
-    workloads: list[tuple[str, Callable[[System], list[Turn]], bool]] = [
-        ("copy", lambda s: run_copy(s, args.copy_runs), True),
-        ("agent", lambda s: run_agent(s, args.agent_turns), True),
-        ("chat", lambda s: run_chat(s, args.chat_turns), False),  # turnstile only
+    # which systems play each workload: the bare loop only the copy one, ordinary chat only turnstile
+    workloads: list[tuple[str, Callable[[System], list[Turn]], tuple[type, ...]]] = [
+        ("copy", lambda s: run_copy(s, args.copy_runs), (Turnstile, Server, Bare)),
+        ("agent", lambda s: run_agent(s, args.agent_turns), (Turnstile, Server)),
+        ("chat", lambda s: run_chat(s, args.chat_turns), (Turnstile,)),
     ]
+    chosen = [x for x in args.workloads.split(",") if x]
+    if unknown := set(chosen) - {name for name, _, _ in workloads}:
+        ap.error(f"--workloads: unknown {sorted(unknown)} (copy, agent, chat)")
+    workloads = [wl for wl in workloads if wl[0] in chosen]
     tallies: dict[tuple[str, str], Tally] = {}
     systems: list[System] = []
     try:
         for _, make in makers:
             systems.append(make())
         for rep in range(args.reps):
-            for wname, play, everyone in workloads:
+            for wname, play, kinds in workloads:
                 order = systems if rep % 2 == 0 else systems[::-1]
                 for sys_ in order:
-                    if not everyone and not isinstance(sys_, Turnstile):
+                    if not isinstance(sys_, kinds):
                         continue
                     _cli.progress(f"rep {rep + 1}/{args.reps} {wname} on {sys_.name}")
                     tallies.setdefault((wname, sys_.name), Tally()).add(play(sys_), rep == 0)

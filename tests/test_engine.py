@@ -11,6 +11,7 @@ import pytest
 from runtime.errors import ContextOverflow, ModelLoadError
 from runtime.llama.engine import Engine, MemoryKind
 from runtime.testing.tiny_models import KINDS
+from sessions import Sampling
 
 ARCHS = ["llama", "mamba", "jamba", "gemma3"]
 PROMPT = "<|im_start|>user\nhello world, tell me a story about the sea<|im_end|>\n<|im_start|>assistant\n"
@@ -203,3 +204,23 @@ def test_render_without_spans_gives_the_same_tokens(tiny_llama: Path, make_engin
     full, bare = eng.render(msgs), eng.render(msgs, spans=False)
     assert (bare.text, bare.tokens) == (full.text, full.tokens)
     assert bare.message_starts == [] and bare.user_starts == []
+
+
+def test_greedy_argmax_is_the_sampler_chain(smollm2_path: Path, make_engine: Callable[..., Engine]) -> None:
+    """The greedy fast path (an argmax on the logits in place) picks what llama.cpp's chain picks, token by token,
+    on SmolLM2's 49,152-token vocabulary; -1 (the chain decides) where the highest logit is not one token."""
+    eng = make_engine(smollm2_path)
+    prompt = eng.tokenize(PROMPT)
+    eng.clear()
+    eng.decode(prompt, 0)
+    pos = len(prompt)
+    with eng.sampler(Sampling(temperature=0.0)) as fast, eng.sampler(Sampling(temperature=0.0)) as chain:
+        chain._argmax = False  # the llama.cpp chain, as before the fast path
+        for _ in range(24):
+            tok = fast.sample()
+            assert tok == chain.sample() == int(np.argmax(eng.logits()))
+            eng.decode([tok], pos)
+            pos += 1
+    logits = eng.logits()
+    assert eng.argmax() == int(np.argmax(logits))
+    assert eng.argmax(idx=10_000) == -1  # no such output: no logits

@@ -14,11 +14,14 @@ def test_speculative_benchmark_writes_its_table(tiny_llama: Path, tmp_path: Path
     doc = json.loads((tmp_path / "speculative.json").read_text())
     assert doc["benchmark"] == "speculative"
     rows = {(r["workload"], r["system"]): r for r in doc["rows"]}
-    assert set(rows) == {(wl, s) for wl in ("copy", "agent", "chat") for s in ("turnstile", "turnstile ngram")}
+    pairs = {(wl, s) for wl in ("copy", "agent", "chat") for s in ("turnstile", "turnstile ngram")}
+    assert set(rows) == pairs | {("copy", "engine loop")}
     for (_, system), r in rows.items():
         assert set(speculative.COLUMNS) <= r.keys()
         assert r["generated"] > 0
         assert r["accepted"] <= r["draft_n"]
+        if system == "engine loop":
+            assert r["draft_n"] == 0
         if system == "turnstile":
             assert r["draft_n"] == 0 and r["vs_off"] == 1.0
     assert set(doc["params"]["index_rebuild_ms"]) == {"1024", "4096", "16384"}

@@ -131,6 +131,11 @@ class Engine:
         self.fingerprint = fingerprint_file(self.path)
         self.settings_key = cfg.settings_key()
         self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
+        for i in range(cfg.n_batch):  # every row is for the one sequence: set once, not per decode
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = SEQ
+        self._pieces: dict[tuple[int, bool], bytes] = {}  # token_to_piece, memoised (the vocabulary is fixed)
+        self._logits_type: Any = ctypes.c_float * self.n_vocab
         self._closed = False
         self.chat_template = self.meta("tokenizer.chat_template")
         eos, bos = self.eos_token, self.bos_token
@@ -220,6 +225,14 @@ class Engine:
         return list(buf[:n])
 
     def token_to_piece(self, token: int, *, special: bool = False) -> bytes:
+        """The token's bytes (memoised per token: the decode loop asks for every generated token)."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._token_to_piece(token, special)
+        return piece
+
+    def _token_to_piece(self, token: int, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
@@ -266,17 +279,30 @@ class Engine:
             raise ContextOverflow(pos + n, self.n_ctx)
         b = self._batch
         b.n_tokens = n
+        token, position, logits = b.token, b.pos, b.logits  # (n_seq_id and seq_id are set once, in __init__)
         for i, t in enumerate(tokens):
-            b.token[i] = t
-            b.pos[i] = pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = SEQ
-            b.logits[i] = logits_all
+            token[i] = t
+            position[i] = pos + i
+            logits[i] = logits_all
         if logits_last:
             b.logits[n - 1] = 1
         rc = int(llama_cpp.llama_decode(self.ctx, b))
         if rc != 0:
             raise LlamaDecodeError(rc)
+
+    def argmax(self, idx: int = -1) -> int:
+        """The token with the highest logit at output `idx` (-1: the last), read in place without a copy;
+        -1 when that is not one token (the highest logit is tied or NaN) or there are no such logits."""
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx)
+        addr = ctypes.cast(ptr, ctypes.c_void_p).value
+        if not addr:
+            return -1
+        logits = np.frombuffer(self._logits_type.from_address(addr), dtype=np.float32)
+        tok = int(logits.argmax())
+        top = logits[tok]
+        if top != top or np.count_nonzero(logits == top) != 1:
+            return -1
+        return tok
 
     def logits(self) -> np.ndarray[Any, np.dtype[np.float32]]:
         """A copy of the last evaluated token's logits."""

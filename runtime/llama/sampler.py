@@ -68,6 +68,11 @@ def check_grammar(engine: Engine, spec: GrammarSpec) -> None:
             )
 
 
+def _neutral(sp: Sampling) -> bool:
+    """Whether the penalties change nothing (llama.cpp's penalties sampler then returns at once)."""
+    return sp.repeat_penalty == 1.0 and not sp.presence_penalty and not sp.frequency_penalty
+
+
 class Sampler:
     """A llama.cpp sampler chain in llama-server's order, built from sampling settings, plus a grammar."""
 
@@ -101,12 +106,16 @@ class Sampler:
         add(chain, llama_cpp.llama_sampler_init_temp_ext(sp.temperature, 0.0, 1.0))
         add(chain, llama_cpp.llama_sampler_init_dist(_DEFAULT_SEED if sp.seed is None else sp.seed))
         self._chain: Any = chain
+        # greedy with no logit bias and neutral penalties: the chain returns the highest logit (top-k, top-p and
+        # min-p keep it, temperature 0 drops the rest, dist then has one candidate), so an argmax on llama.cpp's
+        # logits in place gives the same token without the chain's copy of the whole vocabulary; a tie for the
+        # highest logit (or a NaN) goes to the chain, whose order among equals decides as before
+        self._argmax = grammar is None and sp.temperature <= 0 and not sp.ignore_eos and _neutral(sp)
         if grammar is not None:
             self._grammar = init_grammar(engine, grammar)
             # greedy without penalties: the chain picks the highest logit, so the first token of the logits in
             # descending order that the grammar allows is what sample-check-resample returns (and cheaper)
-            self._greedy = sp.temperature <= 0 and sp.repeat_penalty == 1.0 and not sp.presence_penalty
-            self._greedy = self._greedy and not sp.frequency_penalty
+            self._greedy = sp.temperature <= 0 and _neutral(sp)
             self._banned = frozenset(engine.eog_tokens()) if sp.ignore_eos else frozenset()
             self._cur = np.zeros(engine.n_vocab, dtype=_TOKEN_DATA)
             self._ids = np.arange(engine.n_vocab, dtype=np.int32)
@@ -135,6 +144,10 @@ class Sampler:
         the grammar too, unless `grammar` is False: then the grammar neither constrains this token nor sees it).
         A speculative draft is verified by sampling at each drafted position in turn and comparing: the chain's
         state and random draws are then exactly those of unspeculated decoding."""
+        if self._argmax:
+            tok = self._engine.argmax(idx)
+            if tok >= 0:
+                return tok  # the chain's accept is a no-op here (neutral penalties, no grammar)
         if self._grammar is None or not grammar:
             return int(llama_cpp.llama_sampler_sample(self._chain, self._engine.ctx, idx))
         found = self._greedy_allowed(idx) if self._greedy else None

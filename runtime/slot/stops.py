@@ -29,6 +29,10 @@ class StopMatcher:
 
     def feed(self, piece: str, *, final: bool = False) -> str:
         """Add a piece; returns the text that can be sent now (a held-back tail is sent when `final`)."""
+        if not self.stops:  # nothing to hold back: the piece goes out as it is
+            self.text += piece
+            self.sent = len(self.text)
+            return piece
         self.text += piece
         if self.stopped_by is None and self.stops:
             tail_from = max(0, self.sent - max(len(s) for s in self.stops))
