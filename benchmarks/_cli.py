@@ -19,6 +19,7 @@ from runtime.llama.models import default_model_path
 
 __all__ = [
     "add_common_args",
+    "add_turnstile_args",
     "check_binary",
     "common_params",
     "out_path",
@@ -27,6 +28,7 @@ __all__ = [
     "settings_from",
     "systems_arg",
     "temp_dir",
+    "turnstile_variants",
     "write",
 ]
 
@@ -46,6 +48,31 @@ def add_common_args(ap: argparse.ArgumentParser, *, conversations: int, turns: i
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="a llama-server binary to compare with")
     ap.add_argument("--out", default=None, metavar="DIR", help=f"where to write NAME.json (default: {RESULTS_DIR})")
+
+
+RULES = ("turnstile", "llama-server")
+
+
+def add_turnstile_args(ap: argparse.ArgumentParser) -> None:
+    """`--cache-rules` (one turnstile row per rule) and `--shared-blocks`."""
+    ap.add_argument(
+        "--cache-rules",
+        default=",".join(RULES),
+        help="comma-separated: one turnstile row per Runtime cache_rules value (default: both)",
+    )
+    ap.add_argument("--shared-blocks", type=int, default=None, metavar="CELLS", help="Runtime shared_blocks")
+
+
+def turnstile_variants(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """(label suffix, Runtime.open options) for each `--cache-rules` value, the suffix empty for the default."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    blocks = f", blocks {args.shared_blocks}" if args.shared_blocks else ""
+    for rule in systems_arg(ap, args.cache_rules, RULES):
+        options: dict[str, Any] = {"cache_rules": rule}
+        if args.shared_blocks:
+            options["shared_blocks"] = args.shared_blocks
+        out.append((f" [{rule} rules{blocks}]", options))
+    return out
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

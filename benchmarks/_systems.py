@@ -217,6 +217,12 @@ def server_factory(label: str, settings: Settings, binary: str, cache_ram_mib: i
 
 
 def turnstile_factory(
-    label: str, settings: Settings, *, data_dir: str | None = None, cache_ram_mib: int | None = None
+    label: str,
+    settings: Settings,
+    *,
+    data_dir: str | None = None,
+    cache_ram_mib: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Factory:
-    return lambda: TurnstileSystem(label, settings, data_dir=data_dir, cache_ram_mib=cache_ram_mib)
+    """`options`: more `Runtime.open` keywords (cache_rules, shared_blocks, ...)."""
+    return lambda: TurnstileSystem(label, settings, data_dir=data_dir, cache_ram_mib=cache_ram_mib, options=options)

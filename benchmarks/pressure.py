@@ -5,16 +5,21 @@ conversations' states once they are a few turns long: the others are evicted and
 recomputed when their conversation speaks again. Systems (same context settings as `interleaved`):
 
 - turnstile, RAM cache 16 MiB, no disk tier;
-- turnstile, RAM cache 16 MiB + disk tier (data_dir in a temporary directory);
+- turnstile, RAM cache 16 MiB + disk tier (each row its own data_dir in a temporary directory);
+
+each turnstile system once per `--cache-rules` value (default both: `turnstile`, `llama-server`).
 - llama-server `-np 1 --cache-ram 16` when `--llama-server BIN` is given.
 
 Columns as in `interleaved`; "ideal" is measured on the first turnstile run's token lists.
 
     python -m benchmarks pressure [--cache-ram 16] [--conversations 6] [--turns 5] [--llama-server BIN]
                                   [--systems turnstile,turnstile-disk,server,llama-cpp-ram]
+                                  [--cache-rules turnstile,llama-server] [--shared-blocks CELLS]
 """
 
 from __future__ import annotations
+
+import os
 
 from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
@@ -29,7 +34,9 @@ def main(argv: list[str]) -> None:
     _cli.add_common_args(ap, conversations=6, turns=5)
     ap.add_argument("--cache-ram", type=int, default=16, help="the RAM prompt cache limit of every system (MiB)")
     ap.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
+    _cli.add_turnstile_args(ap)
     args = ap.parse_args(argv)
+    variants = _cli.turnstile_variants(ap, args)
     _cli.check_binary(ap, args.llama_server)
     names = _cli.systems_arg(ap, args.systems, SYSTEMS)
     if not names[0].startswith("turnstile"):  # ideal prefill is measured on turnstile's token lists
@@ -40,12 +47,15 @@ def main(argv: list[str]) -> None:
     with _cli.temp_dir("turnstile-pressure-") as tmp:
         systems: list[tuple[str, w.Factory]] = []
         for n in names:
-            if n == "turnstile":
-                label = f"turnstile, RAM {mib} MiB"
-                systems.append((label, _systems.turnstile_factory(label, settings, cache_ram_mib=mib)))
-            elif n == "turnstile-disk":
-                label = f"turnstile, RAM {mib} MiB + disk"
-                systems.append((label, _systems.turnstile_factory(label, settings, cache_ram_mib=mib, data_dir=tmp)))
+            if n in ("turnstile", "turnstile-disk"):
+                for k, (suffix, options) in enumerate(variants):
+                    disk = n == "turnstile-disk"
+                    label = f"turnstile, RAM {mib} MiB{' + disk' if disk else ''}{suffix}"
+                    data_dir = os.path.join(tmp, f"{n}-{k}") if disk else None
+                    factory = _systems.turnstile_factory(
+                        label, settings, cache_ram_mib=mib, data_dir=data_dir, options=options
+                    )
+                    systems.append((label, factory))
             elif n == "server" and args.llama_server:
                 label = f"llama-server --cache-ram {mib}"
                 systems.append((label, _systems.server_factory(label, settings, args.llama_server, mib)))
@@ -56,7 +66,8 @@ def main(argv: list[str]) -> None:
     _cli.write(
         "pressure",
         rows,
-        params=_cli.common_params(args, settings) | {"cache_ram_mib": mib},
+        params=_cli.common_params(args, settings)
+        | {"cache_ram_mib": mib, "cache_rules": args.cache_rules, "shared_blocks": args.shared_blocks},
         out=args.out,
         columns=_rows.COLUMNS,
     )

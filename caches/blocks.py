@@ -52,6 +52,7 @@ __all__ = [
     "chain_keys",
     "chain_seed",
     "held_bytes",
+    "held_victims",
     "plan_held_evictions",
 ]
 
@@ -350,3 +351,40 @@ def plan_held_evictions(
             n_tok -= n_tokens[k]
             k += 1
     return k
+
+
+def held_victims(
+    order: Sequence[int],
+    n_tokens: Sequence[int],
+    held: Callable[[Sequence[int]], int],
+    limit_bytes: int,
+    limit_tokens: int,
+) -> list[int]:
+    """`plan_held_evictions` with the victims taken in `order` (entry indices, first evicted first; the
+    entries not listed are never evicted) instead of oldest first; `held(kept)`: what the entries with the
+    indices `kept` hold together. Returns the indices to evict, in `order`. With `order` the oldest first
+    (and no `keep`), this evicts exactly the entries `plan_held_evictions` does."""
+    alive = set(range(len(n_tokens)))
+    out: list[int] = []
+    queue = list(order)
+
+    def remaining() -> list[int]:
+        return sorted(alive)
+
+    if limit_bytes > 0:
+        while queue and held(remaining()) > limit_bytes:
+            i = queue.pop(0)
+            alive.discard(i)
+            out.append(i)
+    if limit_tokens > 0:
+        n_tok = sum(n_tokens[i] for i in alive)
+        limit_cur = limit_tokens
+        if limit_bytes > 0:  # in C++ float, as plan_update
+            per_token = max(1.0, fdiv(held(remaining()), max(1, n_tok)))
+            limit_cur = max(limit_tokens, int(f32(f32(limit_bytes) / per_token)))
+        while queue and n_tok > limit_cur:
+            i = queue.pop(0)
+            alive.discard(i)
+            n_tok -= n_tokens[i]
+            out.append(i)
+    return out

@@ -22,13 +22,15 @@ caller that saves without updating.
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 import msgspec
 
-from caches.blocks import plan_held_evictions
+from caches.blocks import held_victims
 from caches.tokens import f32 as _f32
 from caches.tokens import fdiv as _fdiv
 from caches.tokens import keeps_enough, lcp
@@ -188,11 +190,19 @@ def plan_update(entries: Sequence[tuple[int, int]], limit_bytes: int, limit_toke
 
 @dataclass(frozen=True, slots=True)
 class Entry(Generic[S]):
-    """A cached slot: its tokens, its size in bytes (state and checkpoints) and the state itself."""
+    """A cached slot: its tokens, its size in bytes (state and checkpoints) and the state itself.
+
+    `saved_at` (the cache's request clock when it was saved) and `wait` (how many requests the state it
+    continues waited in the cache before it was loaded; None: not known) predict when it is used again
+    (turnstile's held-bytes eviction, `PromptCache(held=...)`); `used`: it was loaded and kept (a prompt
+    used only part of it), so its conversation goes on from a newer state."""
 
     tokens: tuple[int, ...]
     nbytes: int
     state: S
+    saved_at: int = 0
+    wait: int | None = None
+    used: bool = False
 
 
 class PromptCacheStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -229,9 +239,10 @@ class PromptCache(Generic[S]):
     ) -> None:
         """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit.
 
-        `held`: when entries share memory (`caches.blocks`), the bytes a run of entries holds together; the
-        limits then count that (`plan_held_evictions`, turnstile's rule) instead of the sum of the entries'
-        whole sizes (None: llama-server's rule, exactly).
+        `held`: when entries share memory (`caches.blocks`), the bytes some entries hold together; the
+        limits then count that (`held_victims`, turnstile's rule) instead of the sum of the entries' whole
+        sizes, and the victims are the entries predicted to be used last (`_victim_order`) instead of the
+        oldest (None: llama-server's rule, exactly).
         """
         if limit_bytes < 0 or limit_tokens < 0:
             raise InvalidConfig("prompt cache limits must be >= 0 (0: no limit)")
@@ -244,6 +255,11 @@ class PromptCache(Generic[S]):
         self._evicted: list[Entry[S]] = []
         self._saves = self._skipped = self._replaced = 0
         self._hits = self._misses = self._evictions = self._evicted_bytes = 0
+        # turnstile's eviction order (with `held`): a request clock, and each conversation's reuse distance
+        self._clock = 0
+        self._slot_wait: int | None = None  # the wait of the entry the slot's state was loaded from
+        self._taken_wait: int | None = None  # the same for this request's load, until `tick`
+        self._waits: deque[int] = deque(maxlen=64)
 
     @property
     def entries(self) -> Sequence[Entry[S]]:
@@ -252,6 +268,11 @@ class PromptCache(Generic[S]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def counts_held(self) -> bool:
+        """Whether the limits count the bytes the entries hold together (turnstile's rule, `held`)."""
+        return self._held is not None
 
     @property
     def nbytes(self) -> int:
@@ -279,7 +300,8 @@ class PromptCache(Generic[S]):
             self._replaced += len(plan.drop)
             self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
             log.debug("prompt_cache.replaced", count=len(plan.drop))
-        self._evict_oldest(plan.evict if self._held is None else 0)  # held: once the entry is in, below
+        if self._held is None:
+            self._evict_oldest(plan.evict)  # held: once the entry is in, below
         try:
             value = state()
         except MemoryError:
@@ -290,9 +312,9 @@ class PromptCache(Generic[S]):
             self._skipped += 1
             self.update_limits()
             return False
-        self._entries.append(Entry(tuple(slot), nbytes, value))
+        self._entries.append(Entry(tuple(slot), nbytes, value, self._clock, self._slot_wait))
         if self._held is not None:
-            self._evict_oldest(self._held_evictions(0, keep=1))
+            self._evict(self._held_evictions(0, keep=1))
         self.version += 1
         self._saves += 1
         log.debug("prompt_cache.save", n_tokens=len(slot), nbytes=nbytes, entries=len(self._entries))
@@ -312,9 +334,11 @@ class PromptCache(Generic[S]):
             return None
         if retain_partial and lcp(self._entries[i].tokens, prompt) < len(self._entries[i].tokens):
             entry = self._entries[i]
+            self._entries[i] = replace(entry, used=True)
         else:
             entry = self._entries.pop(i)
             self.version += 1
+        self._loaded(entry)
         self._hits += 1
         log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept=lcp(entry.tokens, prompt))
         return list(entry.tokens), entry.state
@@ -322,15 +346,29 @@ class PromptCache(Generic[S]):
     def take(self, entry: Entry[S], *, keep: bool) -> bool:
         """Count a load of `entry` (chosen by the caller's own rule); remove it unless `keep`. False: it is
         no longer held (evicted or replaced meanwhile)."""
+        self._loaded(entry)  # the caller loads it either way: the slot's state continues it
         i = next((i for i, e in enumerate(self._entries) if e is entry), None)
         if i is None:
             return False
         if not keep:
             del self._entries[i]
             self.version += 1
+        else:
+            self._entries[i] = replace(entry, used=True)
         self._hits += 1
         log.debug("prompt_cache.load", n_tokens=len(entry.tokens), kept_entry=keep)
         return True
+
+    def tick(self) -> None:
+        """One request is done (turnstile's rules call this once per request): the slot's state now
+        continues the entry loaded during it, if any; the request clock advances."""
+        self._slot_wait, self._taken_wait = self._taken_wait, None
+        self._clock += 1
+
+    def _loaded(self, entry: Entry[S]) -> None:
+        wait = self._clock - entry.saved_at
+        self._taken_wait = wait
+        self._waits.append(wait)
 
     def update(self) -> list[Entry[S]]:
         """Evict over the limits; return every entry evicted since the last update/drain, oldest first."""
@@ -343,7 +381,7 @@ class PromptCache(Generic[S]):
         if self._held is None:
             self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
         else:
-            self._evict_oldest(self._held_evictions(self.limit_tokens))
+            self._evict(self._held_evictions(self.limit_tokens))
 
     def drain_evicted(self) -> list[Entry[S]]:
         """Return and forget the entries evicted (by `save` or `update`) since the last update/drain."""
@@ -366,12 +404,54 @@ class PromptCache(Generic[S]):
             evicted_bytes=self._evicted_bytes,
         )
 
-    def _held_evictions(self, limit_tokens: int, keep: int = 0) -> int:
+    def _held_evictions(self, limit_tokens: int, keep: int = 0) -> list[int]:
         held, es = self._held, self._entries
         assert held is not None
-        return plan_held_evictions(
-            [len(e.tokens) for e in es], lambda k: held(es[k:]), self.limit_bytes, limit_tokens, keep=keep
+        return held_victims(
+            self._victim_order(keep),
+            [len(e.tokens) for e in es],
+            lambda kept: held([es[i] for i in kept]),
+            self.limit_bytes,
+            limit_tokens,
         )
+
+    def _victim_order(self, keep: int) -> list[int]:
+        """Entry indices, the first to evict first; never the newest `keep`.
+
+        Oldest first (LRU) until some load has shown how long states wait for their conversation (so a
+        round robin that never fits from its start stays LRU). Then the entries already loaded (kept because
+        a prompt used them only in part: their conversation goes on from a newer state) go first, oldest
+        first; then the entry predicted to be used last: predicted use = when it was saved + the wait of
+        the state it continues (unknown: the median of the recent waits); one already past its prediction
+        is predicted as far ahead as it is late. Under round robin over more conversations than fit, LRU
+        evicts exactly the conversation that speaks next, every turn; this order keeps most of them and
+        drops the ones that just spoke (the Belady choice there), while a conversation that comes back
+        soon stays before those that come back late.
+        """
+        n = max(0, len(self._entries) - keep)
+        if not self._waits:
+            return list(range(n))
+        median = statistics.median(self._waits)
+        now = self._clock
+
+        def predicted(i: int) -> float:
+            e = self._entries[i]
+            p = e.saved_at + (e.wait if e.wait is not None else median)
+            return p if p >= now else 2 * now - p
+
+        return sorted(range(n), key=lambda i: (not self._entries[i].used, -predicted(i), i))
+
+    def _evict(self, indices: Sequence[int]) -> None:
+        if not indices:
+            return
+        drop = set(indices)
+        gone = [self._entries[i] for i in sorted(drop)]
+        self._entries = [e for i, e in enumerate(self._entries) if i not in drop]
+        self.version += 1
+        self._evicted.extend(gone)
+        self._evictions += len(gone)
+        self._evicted_bytes += sum(e.nbytes for e in gone)
+        log.debug("prompt_cache.evict", count=len(gone), nbytes=sum(e.nbytes for e in gone), entries=len(self._entries))
 
     def _sizes(self) -> list[tuple[int, int]]:
         return [(e.nbytes, len(e.tokens)) for e in self._entries]

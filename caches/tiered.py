@@ -207,6 +207,13 @@ class TieredCache(Generic[S]):
         lost = len(slot) - (lcp(slot, choice.tokens) if choice is not None else slot_kept)
         saved = restored = 0
         evicted: list[Entry[S]] = []
+        taken = False
+        if choice is not None and choice.tier == "ram" and ram is not None and ram.counts_held:
+            entry = entries[choice.index]
+            if lcp(entry.tokens, prompt) == len(entry.tokens) and lcp(entry.tokens, slot) < len(slot):
+                # it leaves RAM with this load: out before the save, so that no other entry goes for its bytes
+                ram.take(entry, keep=False)
+                taken = True
         if lost > 0 and rule.worth_saving(lost, size := nbytes()):
             snap = _once(snapshot)  # a state too large for RAM is spilled without a second copy
             if ram is not None:
@@ -219,7 +226,8 @@ class TieredCache(Generic[S]):
         source: Literal["ram", "disk"] | None = None
         if choice is not None and choice.tier == "ram" and ram is not None:
             entry = entries[choice.index]
-            ram.take(entry, keep=lcp(entry.tokens, prompt) < len(entry.tokens))  # a partial use keeps it
+            if not taken:
+                ram.take(entry, keep=lcp(entry.tokens, prompt) < len(entry.tokens))  # a partial use keeps it
             if load(list(entry.tokens), entry.state):
                 source, restored, slot = "ram", self.codec.nbytes(entry.state), list(entry.tokens)
                 self._ram_loads += 1
@@ -232,6 +240,7 @@ class TieredCache(Generic[S]):
                 self._disk_loads += 1
         if ram is not None:
             evicted += ram.update()
+            ram.tick()
         self._spill_all(evicted)
         if source is not None:
             self._swaps += 1

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from caches import kvstate
-from caches.blocks import BlockStore, chain_keys, plan_held_evictions
+from caches.blocks import BlockStore, chain_keys, held_victims, plan_held_evictions
 from caches.kvstate import Memory
 from caches.prompt_cache import plan_update
 from runtime.config import EngineConfig
@@ -248,6 +248,34 @@ def test_held_evictions_count_what_the_rest_holds_and_keep_the_newest() -> None:
     assert plan_held_evictions([10] * 4, held, 500, 0) == 4
     assert plan_held_evictions([10] * 4, held, 500, 0, keep=1) == 3
     assert plan_held_evictions([10] * 4, held, 0, 25) == 2  # tokens alone: as llama-server
+
+
+def test_held_victims_taken_oldest_first_are_plan_held_evictions_exactly() -> None:
+    rnd = random.Random(5)
+    for _ in range(2000):
+        n = rnd.randrange(0, 7)
+        sizes = [rnd.randrange(1, 5000) for _ in range(n)]
+        counts = [rnd.randrange(1, 400) for _ in range(n)]
+        limit_bytes, limit_tokens = rnd.choice([0, rnd.randrange(1, 20000)]), rnd.choice([0, rnd.randrange(1, 2000)])
+        keep = rnd.randrange(0, 2)
+        want = plan_held_evictions(counts, functools.partial(_rest, sizes), limit_bytes, limit_tokens, keep=keep)
+        got = held_victims(
+            list(range(max(0, n - keep))),
+            counts,
+            lambda kept, sizes=sizes: sum(sizes[i] for i in kept),  # type: ignore[misc]
+            limit_bytes,
+            limit_tokens,
+        )
+        assert got == list(range(want)), (sizes, counts, limit_bytes, limit_tokens, keep)
+
+
+def test_held_victims_follow_the_order_and_spare_the_unlisted() -> None:
+    sizes = [100, 200, 300, 400]
+    held = lambda kept: sum(sizes[i] for i in kept)  # noqa: E731
+    assert held_victims([3, 1, 0], [1] * 4, held, 500, 0) == [3, 1]  # 1000 -> 600 -> 400
+    assert held_victims([3, 1, 0], [1] * 4, held, 600, 0) == [3]
+    assert held_victims([0], [1] * 4, held, 100, 0) == [0]  # the unlisted stay, over the limit or not
+    assert held_victims([2, 0, 1], [10, 10, 10, 10], held, 0, 25) == [2, 0]  # tokens alone
 
 
 def test_the_memory_of_freed_blocks_serves_the_next_ones_up_to_a_limit() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -378,3 +379,69 @@ def test_default_limit_bytes(tmp_path: Path) -> None:
 def test_limits_must_not_be_negative() -> None:
     with pytest.raises(ValueError):
         PromptCache(-1, 0)
+
+
+# -- turnstile's eviction order (held bytes) ------------------------------------------------------------
+
+
+def _round_robin(cache: PromptCache[str], n_conv: int, rounds: int, *, then: int = 0) -> list[bool]:
+    """The slot's flow for conversations taking turns (`TieredCache`): save the slot's previous conversation,
+    load the speaker's entry (turnstile's rule: first), update, tick; each turn adds 10 tokens to its
+    conversation, every state weighs 10 bytes. From the second round on the byte limit is `then` (if
+    given). Returns hit per turn."""
+    hist = {c: toks((1000 * c, 1000 * c + 10)) for c in range(n_conv)}
+    slot: list[int] = []
+    hits: list[bool] = []
+    for r in range(rounds):
+        if r == 1 and then:
+            cache.limit_bytes = then
+        for c in range(n_conv):
+            prompt = hist[c]
+            mine = [e for e in cache.entries if e.tokens == tuple(prompt)]
+            if mine and cache.counts_held:  # turnstile's order (caches.tiered): a leaving entry goes first
+                cache.take(mine[0], keep=False)
+            cache.save(slot, 10, lambda: "state")
+            if mine and not cache.counts_held:
+                cache.take(mine[0], keep=False)
+            cache.update()
+            cache.tick()
+            hits.append(bool(mine))
+            hist[c] = slot = [*prompt, *range(1000 * c + len(prompt), 1000 * c + len(prompt) + 10)]
+    return hits
+
+
+def _sizes(entries: Sequence[Entry[str]]) -> int:
+    return sum(e.nbytes for e in entries)  # nothing shared: the whole sizes
+
+
+def test_round_robin_over_more_than_fit_keeps_most_conversations_instead_of_thrashing() -> None:
+    # 6 conversations; after a first round where the 5 not in the slot fit, a limit that holds 4: LRU
+    # (llama-server's order) evicts the conversation that speaks next, every turn; turnstile's order, which
+    # has seen every state wait 5 requests, drops the ones that just spoke
+    lru = _round_robin(PromptCache(50, 0), 6, 5, then=40)
+    reuse = _round_robin(PromptCache(50, 0, held=_sizes), 6, 5, then=40)
+    assert sum(lru[6:]) == 1  # the first turn of round 2, then every turn misses
+    assert sum(reuse[6:]) == 19  # of 24: one miss a round (Belady would miss one in four)
+
+
+def test_entries_already_loaded_go_before_the_others() -> None:
+    cache: PromptCache[str] = PromptCache(0, 25, held=_sizes)
+    cache.save(toks((0, 10)), 10, lambda: "a")
+    cache.tick()
+    cache.save(toks((100, 110)), 10, lambda: "b")
+    cache.tick()
+    a = cache.entries[0]
+    assert cache.take(a, keep=True)  # a prompt used part of it: kept, marked used
+    cache.tick()
+    cache.save(toks((200, 210)), 10, lambda: "c")
+    evicted = cache.update()
+    assert [e.state for e in evicted] == ["a"]  # not the newest, though the newest is predicted furthest
+    assert [e.state for e in cache.entries] == ["b", "c"]
+
+
+def test_without_held_the_order_is_llama_servers_oldest_first() -> None:
+    cache: PromptCache[str] = PromptCache(25, 0)
+    for i, name in enumerate("abc"):
+        cache.save(toks((100 * i, 100 * i + 10)), 10, lambda name=name: name)  # type: ignore[misc]
+        cache.tick()
+    assert [e.state for e in cache.update()] == ["a"]
