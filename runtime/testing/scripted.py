@@ -214,6 +214,9 @@ class ScriptedBackend:
             t_first_token=None,
         )
 
+    def settle(self) -> None:
+        pass  # nothing is held back
+
     def state_key(self) -> int:
         return hash(tuple(self.tokens))
 
