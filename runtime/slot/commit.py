@@ -106,17 +106,20 @@ class LastToken:
     def settle(self, tokens: list[int]) -> bool:
         """Evaluate the held token at the end of `tokens` and append it; False if memory must be reset
         (a recurrent state half-written by a failed decode)."""
-        held, self._held = self._held, None
+        held = self._held
         if held is None or held.pos != len(tokens):
+            self._held = None
             return True
         eng = self.eng
         t0 = time.perf_counter()
         try:
             eng.decode([held.token], held.pos, logits_last=False)
         except LlamaDecodeError as e:
+            self._held = None
             log.warning("commit.failed", code=e.code, pos=held.pos)
             return eng.can_truncate and eng.seq_rm(held.pos, -1)
         tokens.append(held.token)
+        self._held = None  # after the append: `tokens()`, read from another thread, never misses the token
         self.committed += 1
         log.debug("commit.done", token=held.token, pos=held.pos, seconds=round(time.perf_counter() - t0, 4))
         return True
