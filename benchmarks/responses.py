@@ -144,10 +144,11 @@ def main(argv: list[str]) -> None:
         played: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in systems}
         for i, q in enumerate(questions):
             # the systems take turns, in an order that rotates: machine load falls on all of them alike
-            _cli.progress(f"turn {i + 1} of {len(questions)}")
             for k in range(len(systems)):
                 name, system = systems[(i + k) % len(systems)]
                 played[name].append(system.turn(q))
+            walls = ", ".join(f"{played[name][-1]['wall']:.2f}" for name, _ in systems)
+            _cli.progress(f"turn {i + 1} of {len(questions)}: {walls} s")
         rows = [_row(name, played[name]) for name, _ in systems]
     params = {"model": model.name, "turns": args.turns, "max_tokens": args.max_tokens, "threads": args.threads}
     _cli.write("responses", rows, params=params, out=args.out, columns=COLUMNS)
