@@ -112,7 +112,8 @@ class TurnstileSystem:
                 f"{self.name}: the runtime's prompt ({reply.usage.prompt_tokens} tokens) is not the driver's "
                 f"({len(prompt)}): the session's history differs from the workload's"
             )
-        self._states[conv] = list(self.rt.backend.slot.tokens)
+        slot = self.rt.backend.slot
+        self._states[conv] = list(slot.last.tokens(slot.tokens))  # its last token too, once settled
         u = reply.usage
         return Outcome(reply.text, u.prompt_tokens, u.prefilled_tokens, u.generated_tokens, ideal)
 

@@ -83,7 +83,8 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
             held = prev_full
             n = len(full.tokens)
             ideal += n - min(lcp(held, full.tokens), n - 1)
-            prev_full = [*full.tokens, *backend.slot.tokens[r.usage.prompt_tokens :]]
+            settled = backend.slot.last.tokens(backend.slot.tokens)  # the reply's last token too, once settled
+            prev_full = [*full.tokens, *settled[r.usage.prompt_tokens :]]
             prefilled += r.usage.prefilled_tokens
             prompt_total += r.usage.prompt_tokens
             prefill_s += r.timings.prefill

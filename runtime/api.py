@@ -117,7 +117,9 @@ class Runtime(SessionOps):
         self.config = cfg
         self.backend = backend
         self.store = store
-        self.scheduler = Scheduler(policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity)
+        self.scheduler = Scheduler(
+            policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity, idle=self._settle
+        )
         self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
         self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context, cfg.reasoning)
         self._closed = False
@@ -253,6 +255,10 @@ class Runtime(SessionOps):
 
     async def _in_slot_thread(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def _settle(self) -> None:
+        """The worker is idle: the slot finishes what could wait until the last reply was out."""
+        await self._in_slot_thread(self.backend.settle)
 
     def _affinity(self, session_id: str) -> int:
         """2: the slot holds this session's state; 1: the RAM cache does; 0: neither (read between jobs)."""

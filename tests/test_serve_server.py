@@ -257,6 +257,26 @@ async def test_default_model_answers_as_in_process(smollm2_path: Path) -> None:
     )
 
 
+async def test_second_turn_reuses_the_whole_first_turn(smollm2_path: Path) -> None:
+    """The conversation resent whole with one more message: the first turn's prompt and completion tokens (its
+    <|im_end|>, or its last token at max_tokens) all come from the slot (turnstile's rules commit the last one)."""
+    with ServeProcess("--model", smollm2_path, "--threads", "2", "--ctx", "2048") as srv:
+        oai = client(srv.url)
+        for max_tokens, finish in ((64, "stop"), (5, "length")):
+            one = await oai.chat.completions.create(model="m", messages=HI, max_tokens=max_tokens, temperature=0)  # type: ignore[arg-type]
+            assert one.choices[0].finish_reason == finish and one.usage is not None
+            assert one.usage.total_tokens == one.usage.prompt_tokens + one.usage.completion_tokens
+            msgs = [
+                *HI,
+                {"role": "assistant", "content": one.choices[0].message.content},
+                {"role": "user", "content": "Why?"},
+            ]
+            two = await oai.chat.completions.create(model="m", messages=msgs, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+            assert two.usage is not None and two.usage.prompt_tokens_details is not None
+            assert two.usage.prompt_tokens_details.cached_tokens == one.usage.total_tokens  # exactly
+    assert srv.returncode == 0
+
+
 TOOL = {
     "type": "function",
     "function": {

@@ -155,8 +155,11 @@ class LlamaBackend:
         result: SlotResult = self.slot.run(req)
         return result
 
+    def settle(self) -> None:
+        self.slot.settle()
+
     def state_key(self) -> int:
-        return hash(tuple(self.slot.tokens))
+        return hash(tuple(self.slot.last.tokens(self.slot.tokens)))  # what a cache tier saves it under
 
     def locate(self, key: int) -> Location:
         where: Location = self.slot.cache.where(key)

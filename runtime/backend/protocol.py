@@ -117,7 +117,7 @@ class SlotStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SlotBackend(Protocol):
-    """The slot side of a Runtime. `prepare`, `run` and `close` run in the one worker thread;
+    """The slot side of a Runtime. `prepare`, `run`, `settle` and `close` run in the one worker thread;
     `locate`, `state_key`, `stats` and `disk_stats` are read on the event loop at any time, also while a
     request runs: they read counters in memory, never do I/O and never wait for the worker."""
 
@@ -175,6 +175,11 @@ class SlotBackend(Protocol):
 
     def run(self, req: SlotRequest) -> SlotResult:
         """Run one request on the slot; raises ContextOverflow (nothing changed) or LlamaDecodeError."""
+        ...
+
+    def settle(self) -> None:
+        """Finish the last run's bookkeeping that can wait until its reply is out (the worker calls it when
+        idle; `run` and `close` do it first anyway)."""
         ...
 
     def state_key(self) -> int:

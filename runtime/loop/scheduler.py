@@ -3,7 +3,8 @@
 Requests of one session run in the order they were made, one at a time; among sessions the policy
 chooses (`fifo` or `affinity`). The worker awaits each job's `execute`, which runs slot work in the one
 worker thread; a job is never abandoned: cancelling a caller marks its job cancelled and, if it is
-running, waits (shielded) until the slot has stopped at the next token.
+running, waits (shielded) until the slot has stopped at the next token. When the worker runs out of jobs
+it awaits its `idle` hook once (the Runtime's: the slot's work that could wait until the reply was out).
 """
 
 from __future__ import annotations
@@ -90,9 +91,16 @@ class Scheduler:
     name); here `max_queued` is only asserted."""
 
     def __init__(
-        self, *, policy: str | Policy = "fifo", max_queued: int = 1024, affinity: Callable[[str], int] = lambda _sid: 0
+        self,
+        *,
+        policy: str | Policy = "fifo",
+        max_queued: int = 1024,
+        affinity: Callable[[str], int] = lambda _sid: 0,
+        idle: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         assert max_queued >= 1, max_queued
+        self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
+        self._idle_due = False
         self.policy = make_policy(policy)
         self.max_queued = max_queued
         self._affinity = affinity
@@ -209,10 +217,14 @@ class Scheduler:
                 if job is None:
                     if self._closing and not self._queues:
                         return
+                    if self._idle_due:
+                        await self._run_idle()
+                        continue  # a job may have come meanwhile
                     await self._wake.wait()
                     self._wake = anyio.Event()
                     continue
                 self._dequeue(job)
+                self._idle_due = self._idle is not None
                 held = False
                 self._running = job
                 job.started = time.perf_counter()
@@ -242,6 +254,15 @@ class Scheduler:
                     await anyio.lowlevel.checkpoint()  # let the caller take it before the next pick
         finally:
             self._stopped.set()
+
+    async def _run_idle(self) -> None:
+        """The idle hook, once per run of jobs; a failure is logged, never the worker's end."""
+        self._idle_due = False
+        assert self._idle is not None
+        try:
+            await self._idle()
+        except Exception as e:
+            log.warning("scheduler.idle_failed", error=type(e).__name__, message=str(e))
 
     async def close(self) -> None:
         """Refuse new jobs, fail queued ones with RuntimeClosed, let the running one finish."""

@@ -27,6 +27,7 @@ from runtime.backend.protocol import SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
+from runtime.slot.commit import LastToken
 from runtime.slot.decode import budget_for, generate, preserved_tokens
 from runtime.slot.lookup import TurnstileLookup, usable
 from runtime.slot.ngram import Drafter, NgramIndex
@@ -121,6 +122,8 @@ class Slot:
         # n-gram speculation: only where a drafted suffix can be dropped again (a transformer KV cache)
         self.speculative: Speculative = speculative
         self.ngram = NgramIndex()  # mirrors `tokens` (synced before each decode), so it follows swaps
+        # "turnstile": a reply's last sampled token is evaluated after the reply went out (commit.py)
+        self.last = LastToken(engine, on=cache_rules == "turnstile")
 
     def stats(self) -> SlotStats:
         n, c = self._n, self.cache.stats()
@@ -168,13 +171,20 @@ class Slot:
 
     def reset(self) -> None:
         """Forget everything the sequence holds (llama-server's prompt_clear)."""
+        self.last.drop()
         self.engine.seq_rm(-1, -1)
         self.tokens = []
         self.checkpoints = []
 
     def flush(self) -> int:
         """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
+        self.settle()
         return self.cache.flush(self.tokens, self._snapshot)
+
+    def settle(self) -> None:
+        """Evaluate the last reply's held token, if any (`runtime.slot.commit`); before the state is read."""
+        if not self.last.settle(self.tokens):
+            self.reset()
 
     # --- one request ------------------------------------------------------------------------------
 
@@ -306,6 +316,7 @@ class Slot:
         prompt = list(req.prompt)
         max_tokens = req.sampling.max_tokens
         self.check_fits(len(prompt), max_tokens, req.reserve)
+        self.settle()
         with structlog.contextvars.bound_contextvars(session_id=req.session_id, request_id=req.request_id):
             return self._run(req, prompt, max_tokens)
 
@@ -372,6 +383,7 @@ class Slot:
         self._n.draft_n_accepted += draft_n_accepted
         if draft_n:
             log.debug("speculative.done", draft_n=draft_n, draft_n_accepted=draft_n_accepted)
+        self.last.hold(self.tokens, generated, finish, stops.stopped_by)
         return SlotResult(
             text=stops.text,
             finish_reason=finish,

@@ -241,6 +241,9 @@ class ScriptedBackend:
             text, finish, tokens=generated, prompt_tokens=len(prompt), cached_tokens=cached, cache_source=source
         )
 
+    def settle(self) -> None:
+        pass  # nothing is held back
+
     def state_key(self) -> int:
         return hash(tuple(self.tokens))
 

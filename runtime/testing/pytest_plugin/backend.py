@@ -283,6 +283,10 @@ class CassetteBackend:
         if not isinstance(side, _Replay):  # replay: the recorded request's grammar parsed when it was recorded
             side.check_grammar(spec)
 
+    def settle(self) -> None:
+        if self.inner is not None:
+            self.inner.settle()
+
     def state_key(self) -> int:
         return self.inner.state_key() if self.inner is not None else 0
 
