@@ -31,6 +31,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,9 +213,14 @@ class Bare:
             n_threads_batch=settings.threads,
             flash_attn=True,
         )
-        self.eng = Engine(settings.model, cfg)
+        # its own thread, ended on close (like a Runtime's slot thread): the OpenMP team goes with it
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bare-engine")
+        self.eng = self._thread.submit(Engine, settings.model, cfg).result()
 
     def turn(self, msgs: Messages, max_tokens: int) -> Turn:
+        return self._thread.submit(self._turn, msgs, max_tokens).result()
+
+    def _turn(self, msgs: Messages, max_tokens: int) -> Turn:
         eng = self.eng
         prompt = eng.render(msgs).tokens
         eng.seq_rm(-1, -1)
@@ -233,7 +239,8 @@ class Bare:
         return Turn(text, len(out), dt, 0, 0)
 
     def close(self) -> None:
-        self.eng.close()
+        self._thread.submit(self.eng.close).result()
+        self._thread.shutdown()
 
 
 System = Turnstile | Server | Bare
@@ -330,17 +337,21 @@ def main(argv: list[str]) -> None:
     _cli.check_binary(ap, args.llama_server)
     model = Path(args.model) if args.model else default_model_path()
     settings = w.Settings(model=model, n_ctx=args.n_ctx, threads=args.threads)
-    makers: list[tuple[str, Callable[[], System]]] = [
-        ("turnstile", lambda: Turnstile("turnstile", settings, None)),
-        ("turnstile ngram", lambda: Turnstile("turnstile ngram", settings, "ngram")),
+    makers: list[tuple[str, type, Callable[[], System]]] = [
+        ("turnstile", Turnstile, lambda: Turnstile("turnstile", settings, None)),
+        ("turnstile ngram", Turnstile, lambda: Turnstile("turnstile ngram", settings, "ngram")),
     ]
     if not args.no_bare:
-        makers.append(("engine loop", lambda: Bare("engine loop", settings)))
+        makers.append(("engine loop", Bare, lambda: Bare("engine loop", settings)))
     if args.llama_server:
         binary = args.llama_server
         makers += [
-            ("llama-server none", lambda: Server("llama-server none", settings, binary, "none")),
-            ("llama-server ngram-map-k", lambda: Server("llama-server ngram-map-k", settings, binary, "ngram-map-k")),
+            ("llama-server none", Server, lambda: Server("llama-server none", settings, binary, "none")),
+            (
+                "llama-server ngram-map-k",
+                Server,
+                lambda: Server("llama-server ngram-map-k", settings, binary, "ngram-map-k"),
+            ),
         ]
     # which systems play each workload: the bare loop only the copy one, ordinary chat only turnstile
     workloads: list[tuple[str, Callable[[System], list[Turn]], tuple[type, ...]]] = [
@@ -353,21 +364,21 @@ def main(argv: list[str]) -> None:
         ap.error(f"--workloads: unknown {sorted(unknown)} (copy, agent, chat)")
     workloads = [wl for wl in workloads if wl[0] in chosen]
     tallies: dict[tuple[str, str], Tally] = {}
-    systems: list[System] = []
-    try:
-        for _, make in makers:
-            systems.append(make())
-        for rep in range(args.reps):
-            for wname, play, kinds in workloads:
-                order = systems if rep % 2 == 0 else systems[::-1]
-                for sys_ in order:
-                    if not isinstance(sys_, kinds):
-                        continue
-                    _cli.progress(f"rep {rep + 1}/{args.reps} {wname} on {sys_.name}")
-                    tallies.setdefault((wname, sys_.name), Tally()).add(play(sys_), rep == 0)
-    finally:
-        for s in systems:
-            s.close()
+    # Each system is opened for its play and closed after it, so only one llama.cpp context decodes in this
+    # process at a time: every thread that ever decoded keeps an OpenMP team, and with more of them alive than
+    # cores libgomp stops spinning between graphs (runtime/loop/slot_thread.py), which would slow them all.
+    for rep in range(args.reps):
+        for wname, play, kinds in workloads:
+            order = makers if rep % 2 == 0 else makers[::-1]
+            for sname, kind, make in order:
+                if not issubclass(kind, kinds):
+                    continue
+                _cli.progress(f"rep {rep + 1}/{args.reps} {wname} on {sname}")
+                sys_ = make()
+                try:
+                    tallies.setdefault((wname, sname), Tally()).add(play(sys_), rep == 0)
+                finally:
+                    sys_.close()
     rows: list[dict[str, Any]] = []
     for (wname, sname), t in tallies.items():
         base = tallies[wname, "turnstile"]

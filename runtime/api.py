@@ -30,6 +30,7 @@ from runtime.loop.options import (
 )
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
+from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reasoning import ReasoningOptions
@@ -112,7 +113,13 @@ class Runtime(SessionOps):
     `timeout`), all checked before anything is queued.
     """
 
-    def __init__(self, backend: SlotBackend, store: SessionStore, config: RuntimeConfig | None = None) -> None:
+    def __init__(
+        self,
+        backend: SlotBackend,
+        store: SessionStore,
+        config: RuntimeConfig | None = None,
+        slot_thread: SlotThread | None = None,
+    ) -> None:
         cfg = config if config is not None else RuntimeConfig()
         self.config = cfg
         self.backend = backend
@@ -120,7 +127,8 @@ class Runtime(SessionOps):
         self.scheduler = Scheduler(
             policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity, idle=self._settle
         )
-        self._limiter = anyio.CapacityLimiter(1)  # the one worker thread that touches llama.cpp
+        # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
+        self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
         self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context, cfg.reasoning)
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
@@ -198,12 +206,18 @@ class Runtime(SessionOps):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
         from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
 
-        backend = await anyio.to_thread.run_sync(LlamaBackend.build, config)
+        thread = SlotThread()  # built where it will run: llama.cpp's threads belong to the calling thread
+        try:
+            backend = await thread.run(LlamaBackend.build, config)
+        except BaseException:
+            thread.shutdown()
+            raise
         try:
             store = await anyio.to_thread.run_sync(_open_store, session_store, config.data_dir)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(backend.close)
+                await thread.run(backend.close)
+            thread.shutdown()
             raise
         log.info(
             "runtime.open",
@@ -213,7 +227,7 @@ class Runtime(SessionOps):
             ram_limit=config.ram_limit,
             policy=policy,
         )
-        async with cls.serve(backend, store, config) as rt:
+        async with cls.serve(backend, store, config, slot_thread=thread) as rt:
             yield rt
 
     @classmethod
@@ -223,12 +237,13 @@ class Runtime(SessionOps):
         backend: SlotBackend,
         store: SessionStore,
         config: RuntimeConfig | None = None,
+        slot_thread: SlotThread | None = None,
         **loop: Unpack[LoopOptions],
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
         for tests without a model); closes both on exit. `policy`, `max_queued`, `context`, `reasoning`: as in
         `open` (they replace the config's)."""
-        rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop))
+        rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop), slot_thread)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:
@@ -244,7 +259,10 @@ class Runtime(SessionOps):
         self._closed = True
         await self.scheduler.close()
         await self.scheduler.wait_stopped()
-        await self._in_slot_thread(self._close_sync)
+        try:
+            await self._in_slot_thread(self._close_sync)
+        finally:
+            self._slot_thread.shutdown()
         log.info("runtime.closed")
 
     def _close_sync(self) -> None:
@@ -254,7 +272,7 @@ class Runtime(SessionOps):
             self.store.close()
 
     async def _in_slot_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        return await self._slot_thread.run(fn, *args)
 
     async def _settle(self) -> None:
         """The worker is idle: the slot finishes what could wait until the last reply was out."""

@@ -112,6 +112,32 @@ def test_draft_length_grows_on_full_acceptance_and_backs_off_on_misses() -> None
     assert dl.misses == 0
 
 
+def test_short_matches_stop_drafting_when_drafts_are_rejected() -> None:
+    dl = DraftLength(cap=32, limit=8)
+    dl.update(2, 0)  # rate 1.0 -> 0.7
+    dl.cooldown = 0
+    assert dl.allowed(match_len=4, n=4) == 2  # still above the gate
+    dl.update(2, 0)  # 0.49: under it
+    dl.cooldown = 0
+    assert round(dl.rate, 2) == 0.49
+    assert dl.allowed(match_len=4, n=4) == 0  # a chance match drafts nothing any more
+    assert dl.allowed(match_len=5, n=4) == 0
+    assert dl.allowed(match_len=6, n=4) == 2  # a real copy still does (limit fell to 2)
+    dl.update(2, 2)  # 0.643: drafts pay again
+    assert dl.allowed(match_len=4, n=4) == 2
+
+
+def test_a_draft_ends_at_an_end_of_generation_token() -> None:
+    index = NgramIndex(4)
+    index.extend([1, 2, 3, 4, 5, 0, 7, 8, 1, 2, 3])  # 0 ends a reply
+    d = Drafter(index, DraftLength(cap=32, limit=32), ends=lambda t: t == 0)
+    assert d.draft(4, room=10) == [5, 0]  # nothing past the end is evaluated
+    assert Drafter(index, DraftLength(cap=32, limit=32)).draft(4, room=10) == [5, 0]  # 2^1: two anyway
+    index.extend([4, 5, 0, 7, 8, 1, 2, 3])
+    assert Drafter(index, DraftLength(cap=32, limit=32)).draft(4, room=10)[:4] == [5, 0, 7, 8]
+    assert Drafter(index, DraftLength(cap=32, limit=32), ends=lambda t: t == 0).draft(4, room=10) == [5, 0]
+
+
 def test_drafter_counts() -> None:
     index = NgramIndex(1)
     index.extend([5, 6, 7])

@@ -410,7 +410,7 @@ class Slot:
         if not on or self.cache_rules == "llama-server" or not self.engine.can_truncate:
             return None
         self.ngram.sync(self.tokens)
-        return Drafter(self.ngram)
+        return Drafter(self.ngram, ends=self.engine.is_eog)
 
 
 class _Cancelled(Exception):

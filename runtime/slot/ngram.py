@@ -15,7 +15,7 @@ rarely and briefly. Pure Python, no llama.cpp: tested without a model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from caches.tokens import lcp
@@ -124,25 +124,34 @@ class DraftLength:
     matching token doubles that, so a real copy reaches `cap` within a few steps), capped by `limit`, which
     doubles after a fully accepted draft and falls to the accepted count + 1 after a partial one; `cooldown`
     steps without drafting follow a draft that got nothing accepted, doubling with each such miss in a row
-    (reset by any acceptance).
+    (reset by any acceptance). A short match (under `n + SHORT` tokens: likely chance, as in ordinary chat)
+    drafts only while the accepted share of recent drafts (`rate`, a moving average that starts at 1) is at
+    least `GATE`; a longer one (a real copy) always may. So text that does not copy stops paying for
+    chance-match drafts after a few rejected ones.
     """
 
     cap: int = 32
     limit: int = 16
     misses: int = 0
     cooldown: int = 0
+    rate: float = 1.0
+
+    SHORT = 2
+    GATE = 0.5
+    DECAY = 0.7  # weight of the earlier drafts in `rate`
 
     def allowed(self, match_len: int, n: int) -> int:
         if self.cooldown > 0:
             self.cooldown -= 1
             return 0
-        if match_len < n:
+        if match_len < n or (match_len < n + self.SHORT and self.rate < self.GATE):
             return 0
         return min(self.limit, self.cap, 1 << min(match_len - n + 1, 16))
 
     def update(self, drafted: int, accepted: int) -> None:
         if drafted == 0:
             return
+        self.rate = self.DECAY * self.rate + (1 - self.DECAY) * accepted / drafted
         if accepted == drafted:
             self.limit = min(self.cap, max(self.limit, 2 * drafted))
             self.misses = 0
@@ -158,9 +167,12 @@ class DraftLength:
 class Drafter:
     """Drafts for one request from a conversation's index; counts what it drafted and what was accepted."""
 
-    def __init__(self, index: NgramIndex, length: DraftLength | None = None) -> None:
+    def __init__(
+        self, index: NgramIndex, length: DraftLength | None = None, ends: Callable[[int], bool] | None = None
+    ) -> None:
         self.index = index
         self.length = length or DraftLength()
+        self.ends = ends  # a token that ends the reply (end of generation): nothing is drafted past it
         self.drafted = 0
         self.accepted = 0
 
@@ -172,7 +184,12 @@ class Drafter:
         if match_len == 0:
             return []
         k = min(room, self.length.allowed(match_len, self.index.n))
-        return self.index.tokens[p : p + k]
+        draft = self.index.tokens[p : p + k]
+        if self.ends is not None:  # past an end-of-generation token a draft is never used, only evaluated
+            for i, tok in enumerate(draft):
+                if self.ends(tok):
+                    return draft[: i + 1]
+        return draft
 
     def accepted_n(self, drafted: int, accepted: int) -> None:
         """Record a verified draft: `accepted` of its `drafted` tokens were what the sampler chose."""
