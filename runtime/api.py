@@ -242,7 +242,8 @@ class Runtime(SessionOps):
     ) -> AsyncIterator[Runtime]:
         """Run a runtime over a backend and a store that are already built (`runtime.testing.ScriptedBackend`
         for tests without a model); closes both on exit. `policy`, `max_queued`, `context`, `reasoning`: as in
-        `open` (they replace the config's)."""
+        `open` (they replace the config's). `slot_thread`: the thread the backend was built on (default: a new
+        one); the Runtime shuts it down when it closes."""
         rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop), slot_thread)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)

@@ -128,15 +128,9 @@ class ResponseStore:
         return _decoder.decode(raw)
 
     def stats(self) -> StoreStats:
+        """The counters, read under the lock (consistent with each other)."""
         with self._lock:
-            return StoreStats(
-                responses=len(self._entries),
-                bytes=self._bytes,
-                evicted=self.evictions,
-                max_responses=self.max_responses,
-                max_bytes=self.max_bytes,
-                by_key=self._by_key(),
-            )
+            return self.gauges()
 
     def gauges(self) -> StoreStats:
         """`stats()` without taking the lock (copies of counters kept as records come and go), so that a
