@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,17 +61,9 @@ def play_fresh(eng: Engine, n_conv: int, n_turn: int) -> dict[tuple[int, int], l
 
 
 @pytest.fixture
-def engines(tiny_models: dict[str, Path]) -> Iterator[Callable[[str], Engine]]:
-    opened: list[Engine] = []
-
-    def make(arch: str) -> Engine:
-        eng = Engine(tiny_models[arch], CFG)
-        opened.append(eng)
-        return eng
-
-    yield make
-    for e in opened:
-        e.close()
+def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
+    """Engines by architecture (conftest's `make_engine` closes them after the test)."""
+    return lambda arch: make_engine(tiny_models[arch], CFG)
 
 
 @pytest.mark.parametrize("arch", ["llama", "mamba", "jamba", "gemma3"])

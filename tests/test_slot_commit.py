@@ -8,7 +8,7 @@ Runtime's worker settles the slot when it runs out of jobs, after the reply went
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -31,17 +31,9 @@ FIXED = GrammarSpec('root ::= "the sea"')  # a reply that ends on the grammar's 
 
 
 @pytest.fixture
-def engines(tiny_models: dict[str, Path]) -> Iterator[Callable[[str], Engine]]:
-    opened: list[Engine] = []
-
-    def make(arch: str) -> Engine:
-        eng = Engine(tiny_models[arch], CFG)
-        opened.append(eng)
-        return eng
-
-    yield make
-    for e in opened:
-        e.close()
+def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
+    """Engines by architecture (conftest's `make_engine` closes them after the test)."""
+    return lambda arch: make_engine(tiny_models[arch], CFG)
 
 
 def first_prompt(eng: Engine) -> list[int]:
