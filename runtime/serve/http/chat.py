@@ -25,6 +25,7 @@ from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http import convert
 from runtime.serve.http.convert import Call
 from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.event_stream import relay
 from runtime.serve.http.schema import ChatRequest
 from runtime.serve.http.sse import ChunkWriter
 from runtime.serve.http.state import ServeState
@@ -36,11 +37,6 @@ __all__ = ["ChatEndpoint", "read_body", "send_bytes", "send_error"]
 log = get_logger(__name__)
 
 _JSON = (b"content-type", b"application/json")
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _decoder = msgspec.json.Decoder(ChatRequest)
 
 
@@ -135,17 +131,9 @@ class ChatEndpoint:
             AsyncGenerator[Piece | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
         )
+
+        async def end(writer: ChunkWriter, reply: Reply) -> bytes:
+            return writer.end(reply, include_usage=call.include_usage)
+
         async with contextlib.aclosing(items):
-            first = await anext(items)  # errors until the first piece get their own status
-            writer = ChunkWriter(self.state.next_id(), self.state.model)
-            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            try:
-                item: Piece | Reply = first
-                while not isinstance(item, Reply):
-                    await send({"type": "http.response.body", "body": writer.piece(item), "more_body": True})
-                    item = await anext(items)
-                end = writer.end(item, include_usage=call.include_usage)
-            except Exception as e:  # after the response started: an error event closes the stream
-                end = writer.error(to_api_error(e))
-            phase.ending = True
-            await send({"type": "http.response.body", "body": end, "more_body": False})
+            await relay(items, send, lambda: ChunkWriter(self.state.next_id(), self.state.model), end, phase=phase)

@@ -33,6 +33,7 @@ from runtime.serve.http.anthropic import CountRequest, MessagesCall, MessagesReq
 from runtime.serve.http.anthropic_sse import MessageEvents
 from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.event_stream import relay
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.watch import Phase, run_watched
@@ -43,11 +44,6 @@ __all__ = ["PATHS", "CountTokensEndpoint", "MessagesEndpoint", "count_tokens", "
 log = get_logger(__name__)
 
 PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _messages = msgspec.json.Decoder(MessagesRequest)
 _count = msgspec.json.Decoder(CountRequest)
 
@@ -111,23 +107,13 @@ class MessagesEndpoint:
             AsyncGenerator[str | ToolCallDelta | Reply, None],
             rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
         )
-        async with contextlib.aclosing(items):
-            first = await anext(items)  # errors until the first piece get their own status
-            events = MessageEvents(anthropic.message_id(), self.state.model)
-            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            await send({"type": "http.response.body", "body": events.start(), "more_body": True})
-            try:
-                item: str | ToolCallDelta | Reply = first
-                while not isinstance(item, Reply):
-                    chunk = events.piece(item)  # thinking, answer text, or a piece of a tool call
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    item = await anext(items)
-                end = events.end(item)
-            except Exception as e:  # after the response started: an error event closes the stream
-                end = events.error(to_api_error(e))
-            phase.ending = True
-            await send({"type": "http.response.body", "body": end, "more_body": False})
+
+        async def end(events: MessageEvents, reply: Reply) -> bytes:
+            return events.end(reply)
+
+        async with contextlib.aclosing(items):  # pieces: thinking, answer text, or a piece of a tool call
+            make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
+            await relay(items, send, make, end, opening=MessageEvents.start, phase=phase)
 
 
 def count_tokens(backend: SlotBackend, req: CountRequest) -> int:

@@ -36,6 +36,7 @@ from runtime.serve.asgi import Receive, Scope, Send
 from runtime.serve.http import responses_convert as rc
 from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.event_stream import relay
 from runtime.serve.http.responses_schema import ResponsesRequest
 from runtime.serve.http.responses_store import Record, ResponseStore
 from runtime.serve.http.responses_stream import EventWriter
@@ -48,11 +49,6 @@ __all__ = ["PATHS", "ResponsesApi"]
 log = get_logger(__name__)
 
 PATHS = frozenset({"/v1/responses"})
-_SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 _decoder = msgspec.json.Decoder(ResponsesRequest)
 
 
@@ -311,24 +307,17 @@ class ResponsesApi:
         items = cast(
             AsyncGenerator[str | ToolCallDelta | Reply, None], rt.complete_stream(plan.messages(), **self._kwargs(plan))
         )
-        async with contextlib.aclosing(items):
-            first = await anext(items)  # errors until the first piece get their own status
-            writer = EventWriter(plan.response(self.state.model))
-            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
-            await send({"type": "http.response.body", "body": writer.start(), "more_body": True})
-            try:
-                item: str | ToolCallDelta | Reply = first
-                while not isinstance(item, Reply):
-                    chunk = writer.piece(item)  # reasoning, answer text, or a piece of a function call
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    item = await anext(items)
-                final = await self._finish(rt, plan, item)
-                end = writer.end(final)  # the output as streamed (its item ids)
-                await self._keep(plan, final)
-            except Exception as e:  # after the response started: an error event ends the stream
-                end = writer.error(to_api_error(e))
-            await send({"type": "http.response.body", "body": end, "more_body": False})
+
+        async def end(writer: EventWriter, reply: Reply) -> bytes:
+            final = await self._finish(rt, plan, reply)
+            last = writer.end(final)  # the output as streamed (its item ids)
+            await self._keep(plan, final)
+            return last
+
+        async with contextlib.aclosing(items):  # pieces: reasoning, answer text, or a piece of a function call
+            await relay(
+                items, send, lambda: EventWriter(plan.response(self.state.model)), end, opening=EventWriter.start
+            )
 
 
 class _Asgi:
