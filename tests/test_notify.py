@@ -38,7 +38,9 @@ async def test_wakeups_fired_while_one_is_pending_are_merged() -> None:
         sig.fire_from_thread()
         done.set()
 
-    threading.Thread(target=again).start()
+    t = threading.Thread(target=again)
+    t.start()
     with anyio.fail_after(5):
         await sig.wait()
+    t.join()  # the loop may wake before the thread gets to `done.set()`
     assert done.is_set() and items[-1] == 100 and calls == [1, 1]
