@@ -1,0 +1,96 @@
+"""GET /v1/engine/events on a real server (uvicorn, tiny llama model, two API keys): each key sees its own
+sessions by name and another key's request only anonymously; an idle server sends nothing more."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+
+from runtime import Runtime
+from runtime.serve.http.engine_events import INTERVAL
+from runtime.serve.http.tenants import Keyring
+from tests.uvicorn_server import uvicorn_server
+
+KEYS = Keyring([("alice", "key-alice"), ("bob", "key-bob")])
+LONG = {"max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True}  # seconds: cut short
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class Feed:
+    """One key's engine event stream: the raw bytes received and the parsed events."""
+
+    def __init__(self, lines: AsyncIterator[str]) -> None:
+        self.lines = lines
+        self.raw: list[str] = []
+
+    async def next(self) -> dict[str, Any]:
+        name, data = "", ""
+        async for line in self.lines:
+            self.raw.append(line)
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = line[6:]
+            elif line == "" and data:
+                assert name == "engine"
+                event: dict[str, Any] = json.loads(data)
+                return event
+        raise AssertionError("the stream ended")
+
+    async def until(self, check: Any) -> dict[str, Any]:
+        with anyio.fail_after(60):
+            while not check(event := await self.next()):
+                pass
+        return event
+
+
+@asynccontextmanager
+async def feed(client: httpx.AsyncClient, url: str, key: str) -> AsyncIterator[Feed]:
+    async with client.stream("GET", url + "/v1/engine/events", headers=auth(key), timeout=None) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        yield Feed(r.aiter_lines())
+
+
+async def test_key_b_receives_nothing_about_key_a_sessions(tiny_llama: Path) -> None:
+    def open_runtime() -> Any:
+        return Runtime.open(tiny_llama, n_ctx=4096, n_threads=1)
+
+    async with uvicorn_server(open_runtime, keyring=KEYS) as url, httpx.AsyncClient() as c:
+        assert (await c.get(url + "/v1/engine/events")).status_code == 401
+        async with feed(c, url, "key-alice") as alice, feed(c, url, "key-bob") as bob:
+            first = await bob.next()  # the snapshot on connecting, idle
+            assert first["running"] is None and first["queue"] == [] and first["sessions"] == {}
+            assert first["busy"] is False
+            await alice.next()
+            body = {"model": "t", "messages": [{"role": "user", "content": "Hello"}], **LONG}
+            headers = {**auth("key-alice"), "X-Session-Id": "secret-a"}
+            async with c.stream("POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=120) as r:
+                assert r.status_code == 200
+                mine = await alice.until(lambda e: (e["running"] or {}).get("phase") == "decoding")
+                assert mine["running"]["own"] is True and mine["running"]["session"] == "secret-a"
+                assert mine["running"]["total"] > 0 and mine["running"]["done"] == mine["running"]["total"]
+                assert mine["running"]["generated"] > 0
+                theirs = await bob.until(lambda e: e["running"] is not None)
+                assert theirs["running"] == {"own": False, "kind": "complete", "phase": theirs["running"]["phase"]}
+            # alice left mid-stream: the turn is cancelled
+            after = await alice.until(lambda e: not e["busy"] and e["running"] is None)
+            assert after["sessions"] == {"secret-a": "slot"}  # where its tokens are (the turn left no commit)
+            idle = await bob.until(lambda e: not e["busy"] and e["running"] is None)
+            assert idle["sessions"] == {}
+            # idle: nothing more arrives (several intervals)
+            with anyio.move_on_after(INTERVAL * 6) as quiet:
+                await bob.next()
+            assert quiet.cancelled_caught
+        text = "\n".join(bob.raw)
+        assert "secret-a" not in text and "alice" not in text
+        assert '"own":false' in text and '"own":true' not in text
+        assert "secret-a" in "\n".join(alice.raw)
