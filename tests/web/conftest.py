@@ -50,7 +50,7 @@ _FAILED = pytest.StashKey[bool]()
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
     keys.write_text("".join(f"{name}: {key}\n" for name, key in KEYS.items()))
-    with ServeProcess("--threads", "2", "--ctx", "2048", "--api-key-file", keys) as srv:  # no --model: SmolLM2
+    with ServeProcess("--threads", "1", "--ctx", "2048", "--api-key-file", keys) as srv:  # no --model: SmolLM2
         yield srv
 
 
@@ -100,7 +100,7 @@ def open_page(
         context.route("**/*", offline.handle)
         contexts.append((context, offline))
         page = context.new_page()
-        page.set_default_timeout(60_000)
+        page.set_default_timeout(180_000)
         pages.append(page)
         page.goto(server.url + "/")
         page.get_by_test_id("ask-input").fill(KEYS[name])

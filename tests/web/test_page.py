@@ -60,7 +60,7 @@ def wait_idle(page: Any) -> None:
 def test_chat_streams_and_the_second_turn_is_cached(open_page: Any, server: ServeProcess, tmp_path: Path) -> None:
     page = open_page("alice")
     new_session(page, "colours")
-    settings(page, temperature=0, max_tokens=48)
+    settings(page, temperature=0, max_tokens=16)
     send(page, "Tell me about the colour blue.")
     assert wait_streaming(page)
     wait_idle(page)
@@ -82,6 +82,8 @@ def test_chat_streams_and_the_second_turn_is_cached(open_page: Any, server: Serv
     assert len(messages(server, "alice", "colours")) == 4  # user, assistant, user, assistant
     # the engine view shows the session's state in the slot
     page.wait_for_selector("[data-testid=locations] li[data-session='colours']")
+    page.wait_for_selector("#queue-empty:not([hidden])")
+    page.wait_for_selector("[data-testid=slot][data-phase=idle]")
     page.screenshot(path=SCREENSHOT or str(tmp_path / "web.png"))
 
     # fork: a copy with the same messages, opened
@@ -117,7 +119,7 @@ def test_agents_room_three_agents_six_turns_in_order(open_page: Any) -> None:
     form = page.locator("#room-form")
     form.locator("[name=agents]").fill("3")
     form.locator("[name=rounds]").fill("2")
-    form.locator("[name=max_tokens]").fill("12")
+    form.locator("[name=max_tokens]").fill("8")
     form.locator("[name=temperature]").fill("0")
     page.get_by_test_id("room-start").click()
     page.wait_for_function("() => document.querySelectorAll('[data-testid=room-turn][data-done=\"1\"]').length === 6")
