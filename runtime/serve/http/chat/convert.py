@@ -17,7 +17,7 @@ import msgspec
 
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.schema import (
+from runtime.serve.http.chat.schema import (
     ChatChoice,
     ChatMessage,
     ChatRequest,

@@ -27,7 +27,7 @@ import msgspec
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
 from runtime.reply import ToolCallDelta
-from runtime.serve.http import responses_convert as rc
+from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.errors import ApiError
 
 __all__ = ["EventWriter"]
