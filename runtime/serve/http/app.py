@@ -5,7 +5,7 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
-    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
+    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages.endpoint)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
     POST /v1/sessions, /v1/sessions/{id}/fork|undo|rename, GET .../export, POST /v1/sessions/import
                                 history operations on the key's sessions (.session_history)
@@ -13,7 +13,7 @@
     POST /v1/rooms              an agents room (round table, debate) streamed as events (.rooms)
     GET /, /ui/{file}           the web page (runtime.serve.web; no API key needed: it asks for one)
     POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
-                                (runtime.serve.http.responses; `responses`: its store, default in memory)
+                                (runtime.serve.http.responses.endpoint; `responses`: its store, default in memory)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -37,14 +37,14 @@ from runtime.errors import InvalidConfig
 from runtime.serve import web
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import engine_events, metrics, rooms, session_history
-from runtime.serve.http.chat import ChatEndpoint, send_error
+from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.errors import ApiError, is_anthropic
-from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
-from runtime.serve.http.messages import routes as messages_routes
-from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
-from runtime.serve.http.responses import ResponsesApi
-from runtime.serve.http.responses_store import ResponseStore
-from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
+from runtime.serve.http.messages.endpoint import routes as messages_routes
+from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
+from runtime.serve.http.responses.endpoint import ResponsesApi
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
