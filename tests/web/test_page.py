@@ -14,7 +14,7 @@ from typing import Any
 from runtime.testing.process import ServeProcess
 from tests.web.conftest import KEYS
 
-SCREENSHOT = os.environ.get("TURNSTILE_WEB_SCREENSHOT")  # where test_chat saves the README's screenshot
+SHOTS = os.environ.get("TURNSTILE_WEB_SCREENSHOTS")  # a folder for the docs' screenshots (docs/img), else tmp
 
 
 def messages(server: ServeProcess, name: str, sid: str) -> list[tuple[str, str]]:
@@ -84,7 +84,7 @@ def test_chat_streams_and_the_second_turn_is_cached(open_page: Any, server: Serv
     page.wait_for_selector("[data-testid=locations] li[data-session='colours']")
     page.wait_for_selector("#queue-empty:not([hidden])")
     page.wait_for_selector("[data-testid=slot][data-phase=idle]")
-    page.screenshot(path=SCREENSHOT or str(tmp_path / "web.png"))
+    page.screenshot(path=str(Path(SHOTS or tmp_path) / "web.png"))
 
     # fork: a copy with the same messages, opened
     page.get_by_test_id("fork").click()
@@ -113,13 +113,13 @@ def test_stop_cancels_the_turn(open_page: Any, server: ServeProcess) -> None:
     assert page.get_by_test_id("msg-assistant").count() == 0
 
 
-def test_agents_room_three_agents_six_turns_in_order(open_page: Any) -> None:
+def test_agents_room_three_agents_six_turns_in_order(open_page: Any, tmp_path: Path) -> None:
     page = open_page("alice")
     page.click("#tab-room")
     form = page.locator("#room-form")
     form.locator("[name=agents]").fill("3")
     form.locator("[name=rounds]").fill("2")
-    form.locator("[name=max_tokens]").fill("8")
+    form.locator("[name=max_tokens]").fill("16")
     form.locator("[name=temperature]").fill("0")
     page.get_by_test_id("room-start").click()
     page.wait_for_function("() => document.querySelectorAll('[data-testid=room-turn][data-done=\"1\"]').length === 6")
@@ -132,6 +132,8 @@ def test_agents_room_three_agents_six_turns_in_order(open_page: Any) -> None:
     assert bars.count() == 6 and all(int(bars.nth(i).get_attribute("data-cached") or 0) > 0 for i in range(3, 6))
     sessions = page.get_by_test_id("sessions").locator("li").all_inner_texts()
     assert len([s for s in sessions if s.startswith("room-")]) == 3
+    page.wait_for_selector("[data-testid=slot][data-phase=idle]")
+    page.screenshot(path=str(Path(SHOTS or tmp_path) / "web-room.png"))
 
 
 def test_two_keys_see_only_their_own_sessions(open_page: Any) -> None:
