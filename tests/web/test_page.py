@@ -98,6 +98,20 @@ def test_chat_streams_and_the_second_turn_is_cached(open_page: Any, server: Serv
     page.wait_for_function("() => document.querySelectorAll('[data-testid=msg-assistant]').length === 1")
     assert len(messages(server, "alice", "colours-2")) == 2
     assert len(messages(server, "alice", "colours")) == 4
+    # regenerate: the last reply again (a chat turn with the conversation up to its user message)
+    page.get_by_test_id("regenerate").click()
+    wait_streaming(page)
+    wait_idle(page)
+    assert [r for r, _ in messages(server, "alice", "colours-2")] == ["user", "assistant"]
+    # edit the user message: replaced, answered anew
+    page.get_by_test_id("msg-user").first.get_by_test_id("edit").click()
+    page.fill(".edit-area", "Tell me about the colour red.")
+    page.click("text=Save and answer")
+    wait_streaming(page)
+    wait_idle(page)
+    edited = messages(server, "alice", "colours-2")
+    assert [r for r, _ in edited] == ["user", "assistant"] and edited[0][1] == "Tell me about the colour red."
+    assert messages(server, "alice", "colours")[0][1] == "Tell me about the colour blue."
 
 
 def test_stop_cancels_the_turn(open_page: Any, server: ServeProcess) -> None:
@@ -147,6 +161,22 @@ def test_two_keys_see_only_their_own_sessions(open_page: Any) -> None:
     bob_sessions = bob.get_by_test_id("sessions").locator("li").all_inner_texts()
     assert "alice-only" in alice_sessions and "bob-only" not in alice_sessions
     assert bob_sessions == ["bob-only"]
+
+
+def test_a_wrong_key_is_asked_again(browser: Any, server: ServeProcess) -> None:
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(server.url + "/")
+        page.get_by_test_id("ask-input").fill("not-a-key")
+        page.get_by_test_id("ask-ok").click()
+        page.wait_for_selector("#ask-title:has-text('That key was not accepted')")
+        page.get_by_test_id("ask-input").fill(KEYS["bob"])
+        page.get_by_test_id("ask-ok").click()
+        page.wait_for_selector("body[data-ready='1']")
+        page.wait_for_selector("[data-testid=engine-state]:has-text('live')")
+    finally:
+        context.close()
 
 
 def test_serve_prints_the_page_address() -> None:
