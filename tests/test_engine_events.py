@@ -13,8 +13,9 @@ import anyio
 import httpx2 as httpx
 
 from runtime import Runtime
-from runtime.serve.http.engine_events import INTERVAL
-from runtime.serve.http.tenants import Keyring
+from runtime.loop.engine_view import EngineView, Running, Tier, Waiting
+from runtime.serve.http.engine_events import INTERVAL, for_tenant
+from runtime.serve.http.tenants import Keyring, Tenant
 from tests.uvicorn_server import uvicorn_server
 
 KEYS = Keyring([("alice", "key-alice"), ("bob", "key-bob")])
@@ -94,3 +95,39 @@ async def test_key_b_receives_nothing_about_key_a_sessions(tiny_llama: Path) -> 
         assert "secret-a" not in text and "alice" not in text
         assert '"own":false' in text and '"own":true' not in text
         assert "secret-a" in "\n".join(alice.raw)
+
+
+def test_for_tenant_names_only_the_key_own_sessions() -> None:
+    view = EngineView(
+        queue=[
+            Waiting(request_id=3, session_id="alice@a1", kind="chat", waited=0.5),
+            Waiting(request_id=4, session_id="bob@b1", kind="chat", waited=0.25),
+            Waiting(request_id=5, session_id="@stateless:7", kind="complete", waited=0.125),
+        ],
+        running=Running(
+            request_id=2, session_id="bob@b2", kind="chat", phase="prefill", elapsed=1.0, cached=5, done=9, total=20
+        ),
+        ram=Tier(entries=2, bytes=100, stored=80, limit=None),
+        disk=None,
+        shared_blocks=64,
+        slot_tokens=9,
+        locations={"alice@a1": "ram", "bob@b2": "slot", "bob@b1": "disk"},
+        busy=True,
+    )
+    alice = for_tenant(view, Tenant("alice", "alice@"))
+    assert alice["queue"] == [
+        {"own": True, "session": "a1", "request_id": 3, "kind": "chat", "waited": 0.5},
+        {"own": False, "kind": "chat"},
+        {"own": False, "kind": "complete"},
+    ]
+    assert alice["running"] == {"own": False, "kind": "chat", "phase": "prefill"}
+    assert alice["sessions"] == {"a1": "ram"}
+    assert alice["ram"] == {"entries": 2, "bytes": 100, "stored": 80, "limit": None, "blocks": None}
+    bob = for_tenant(view, Tenant("bob", "bob@"))
+    assert bob["running"]["session"] == "b2" and bob["running"]["done"] == 9
+    assert bob["sessions"] == {"b1": "disk", "b2": "slot"}
+    assert "a1" not in json.dumps(bob)
+    # one tenant (no keys): every session is the key's own, a stateless request still anonymous
+    solo = for_tenant(view, Tenant("default"))
+    assert [w["own"] for w in solo["queue"]] == [True, True, False]
+    assert solo["queue"][0]["session"] == "alice@a1"
