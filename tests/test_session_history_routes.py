@@ -4,9 +4,12 @@ real server (uvicorn, tiny llama model, two API keys): each key works only in it
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2 as httpx
 import pytest
 
@@ -14,6 +17,8 @@ from runtime import Runtime
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.rooms import plan
 from runtime.serve.http.tenants import Keyring
+from runtime.testing.scripted import Pause, ScriptedBackend
+from sessions import MemoryStore
 from tests.uvicorn_server import uvicorn_server
 
 KEYS = Keyring([("alice", "key-alice"), ("bob", "key-bob")])
@@ -143,3 +148,40 @@ def test_room_plan_personas_and_debate() -> None:
     assert [x.name for x in p.personas] == ["advocate", "critic"] and p.topic == "cats" and p.sampling["seed"] == 3
     p = plan({"topic": "dogs", "personas": [{"name": "a", "system": "You are A."}]})
     assert [(x.name, x.system) for x in p.personas] == [("a", "You are A.")]
+
+
+async def test_closing_the_room_stream_cancels_the_turn_in_progress() -> None:
+    """A scripted backend paused after the first agent's first piece: the client leaves, the turn is withdrawn
+    (nothing committed) and no other agent speaks."""
+    backend = ScriptedBackend(lambda _m: "one two three four")
+    backend.pause = Pause(after=1)
+    runtimes: list[Runtime] = []
+
+    @asynccontextmanager
+    async def open_runtime() -> AsyncIterator[Runtime]:
+        async with Runtime.serve(backend, MemoryStore()) as rt:
+            runtimes.append(rt)
+            yield rt
+
+    async with uvicorn_server(open_runtime, keyring=KEYS) as url, httpx.AsyncClient(timeout=60) as c:
+        rt = runtimes[0]
+        body = {"topic": "tea", "agents": 3, "rounds": 2}
+        async with c.stream("POST", url + "/v1/rooms", json=body, headers=A) as r:
+            assert r.status_code == 200
+            seen: list[str] = []
+            async for line in r.aiter_lines():
+                seen.append(line)
+                if line.startswith("event: delta"):
+                    break
+        with anyio.fail_after(30):  # the server notices the client left: the running job is withdrawn
+            while not ((job := rt.scheduler.running) is not None and job.cancelled):
+                await anyio.sleep(0.005)
+        backend.pause.go()
+        with anyio.fail_after(30):
+            while rt.scheduler.busy:
+                await anyio.sleep(0.005)
+        sessions = [s["id"] for s in (await c.get(url + "/v1/sessions", headers=A)).json()["data"]]
+        assert len(sessions) == 3 and len(backend.runs) == 1  # one turn started, none after it
+        for sid in sessions:  # each agent's session holds only its persona
+            assert [role for role, _ in await history(c, url, sid)] == ["system"]
+        assert rt.stats().scheduler.cancelled == 1
