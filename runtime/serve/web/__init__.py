@@ -65,4 +65,5 @@ def routes() -> list[Route]:
 
 def is_public(path: str) -> bool:
     """Whether a path is the page's (served without an API key)."""
-    return path == "/" or (path.startswith(PREFIX) and "/" not in path[len(PREFIX) :])
+    name = path[len(PREFIX) :]
+    return path == "/" or (path.startswith(PREFIX) and bool(name) and "/" not in name)
