@@ -93,6 +93,7 @@ def test_chat_streams_and_the_second_turn_is_cached(open_page: Any, server: Serv
     page.wait_for_selector("[data-testid=chat-title]:text-is('colours-2')")
     assert messages(server, "alice", "colours-2") == messages(server, "alice", "colours")
     assert page.get_by_test_id("msg-assistant").count() == 2
+    assert page.input_value("#settings [name=max_tokens]") == "16"  # the fork keeps the session's settings
     # undo: the fork loses its last exchange, the original keeps it
     page.get_by_test_id("undo").click()
     page.wait_for_function("() => document.querySelectorAll('[data-testid=msg-assistant]').length === 1")

@@ -284,10 +284,17 @@ export class Chat {
     if (!name) return;
     await this.guard(async () => {
       await api.json(this.path("fork"), { method: "POST", body: { id: name } });
-      const bars = sessionStorage.getItem(`turnstile.bars.${this.sid}`);
-      if (bars) sessionStorage.setItem(`turnstile.bars.${name}`, bars);
+      this.copyLocal(this.sid, name);
       await this.open(name);
     });
+  }
+
+  // a fork or a rename keeps the session's settings and its turns' bars (kept in this browser)
+  copyLocal(from, to) {
+    const settings = localStorage.getItem(`turnstile.settings.${from}`);
+    if (settings) localStorage.setItem(`turnstile.settings.${to}`, settings);
+    const bars = sessionStorage.getItem(`turnstile.bars.${from}`);
+    if (bars) sessionStorage.setItem(`turnstile.bars.${to}`, bars);
   }
 
   async undo() {
@@ -302,6 +309,7 @@ export class Chat {
     if (!name || name === this.sid) return;
     await this.guard(async () => {
       await api.json(this.path("rename"), { method: "POST", body: { id: name } });
+      this.copyLocal(this.sid, name);
       await this.open(name);
     });
   }
