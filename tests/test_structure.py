@@ -169,3 +169,27 @@ def test_turnstile_help_leaves_llama_cpp_out() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage" in out.stdout and out.stderr.strip().endswith("ok")
+
+
+def _compares_a_rules_name(node: ast.AST) -> bool:
+    """`x == "turnstile"`, `"llama-server" != y`, `x in CACHE_RULES` and the like: a string test of cache rules."""
+    if not isinstance(node, ast.Compare):
+        return False
+    names = {"turnstile", "llama-server"}
+    operands = [node.left, *node.comparators]
+    strings = {o.value for o in operands if isinstance(o, ast.Constant) and isinstance(o.value, str)}
+    named = {o.id if isinstance(o, ast.Name) else o.attr for o in operands if isinstance(o, ast.Name | ast.Attribute)}
+    return bool(strings & names) or bool(named & {"CACHE_RULES", "cache_rules"})
+
+
+def test_only_the_cache_rules_module_compares_cache_rules_names() -> None:
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if _module_name(path) == "runtime.cache_rules":
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree) if _compares_a_rules_name(n)]
+    assert found == []
+    rules = ast.parse((ROOT / "runtime" / "cache_rules.py").read_text())
+    assert any(_compares_a_rules_name(n) for n in ast.walk(rules))  # the check sees the one place that does

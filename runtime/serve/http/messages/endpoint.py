@@ -28,12 +28,12 @@ from runtime.loop import validate
 from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send, header
-from runtime.serve.http.messages import convert as anthropic
-from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
-from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.messages import convert as anthropic
+from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
+from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.watch import Phase, run_watched

@@ -33,10 +33,10 @@ from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.responses.schema import ResponsesRequest
 from runtime.serve.http.responses.store import Record, ResponseStore
 from runtime.serve.http.responses.stream import EventWriter
