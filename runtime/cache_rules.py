@@ -37,24 +37,9 @@ class CacheRuleSet:
             return rules
         if rules not in CACHE_RULES:
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {rules!r}")
-        return TURNSTILE if rules == "turnstile" else LLAMA_SERVER
+        on = rules == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
+        return CacheRuleSet(rules, on, on, on, on, on, on)
 
 
-TURNSTILE = CacheRuleSet(
-    name="turnstile",
-    longest_state=True,
-    retain_partial=True,
-    checkpoint_prompt_end=True,
-    defer_last_token=True,
-    count_shared_bytes=True,
-    speculation=True,
-)
-LLAMA_SERVER = CacheRuleSet(
-    name="llama-server",
-    longest_state=False,
-    retain_partial=False,
-    checkpoint_prompt_end=False,
-    defer_last_token=False,
-    count_shared_bytes=False,
-    speculation=False,
-)
+TURNSTILE = CacheRuleSet.named("turnstile")
+LLAMA_SERVER = CacheRuleSet.named("llama-server")
