@@ -375,6 +375,36 @@ class Runtime(SessionOps):
             lambda: render(messages, tools=specs, add_generation_prompt=add_generation_prompt, chat_template_kwargs=kw)
         )
 
+    async def count_tokens(self, messages: list[dict[str, Any]], **options: Unpack[TurnOptions]) -> int:
+        """The token count of the prompt `complete(messages, **options)` would render (tools, reasoning controls
+        and all; the whole conversation, no context window), without queueing anything. The render is for no
+        session and tokenizing reads only the vocabulary, so it runs in a worker thread beside the slot."""
+        opts = self._options(options)
+        conversation = v.check_conversation(messages, "count")
+        count = self._turns.count
+        return await anyio.to_thread.run_sync(lambda: count(conversation, opts.sampling, opts.constraints.tools))
+
+    async def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """The model's tokens for a text (a worker thread: tokenizing reads only the vocabulary)."""
+        tokenize = self.backend.tokenize
+        return await anyio.to_thread.run_sync(
+            lambda: tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
+
+    async def token_pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, special tokens spelled out; `InvalidRequest` for an id outside the vocabulary."""
+        piece = self.backend.token_piece
+        return await anyio.to_thread.run_sync(lambda: [piece(t) for t in tokens])
+
+    @property
+    def model_name(self) -> str:
+        """What the Runtime runs (the model file's name), for logs and /v1/models."""
+        return self.backend.name
+
+    @property
+    def n_ctx(self) -> int:
+        return self.backend.n_ctx
+
     # --- numbers -------------------------------------------------------------------------------------
 
     def stats(self) -> RuntimeStats:

@@ -1,12 +1,17 @@
 """The package structure as rules over the import graph, and imports that stay light.
 
-- no import cycles between the project's modules (every import counts, also one inside a function, except
-  those under `if TYPE_CHECKING:`);
+- no import cycles between the project's modules (every import counts: one inside a function, and one under
+  `if TYPE_CHECKING:` too; a type-only need is met by a small protocol where it is used);
 - only `runtime.llama` imports `llama_cpp` (and `caches.llama_cache`, which is the llama_cache API for
   llama-cpp-python users);
 - the event-loop side (`runtime.loop`) imports neither the slot (`runtime.slot`) nor `runtime.llama`,
   nor the llama backend;
 - `runtime.errors` and `runtime.log` import nothing of the project but each other (every package uses them);
+- the HTTP and cluster adapters (`runtime.serve`) reach the model only through the `Runtime`: none imports
+  the backend, the slot, `runtime.llama` or a session store;
+- only `runtime.cache_rules` compares cache-rules names: the rest read its named behaviours;
+- tool calling (`runtime.tools`) is pure: none of the loop, the backend, the slot, llama.cpp, the Runtime or
+  the server;
 - `import runtime`, `import runtime.tools`, `import runtime.serve.cluster.affinity` and `turnstile --help`
   leave `llama_cpp` out of `sys.modules`.
 """
@@ -30,21 +35,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, package: str) -> set[str]:
+    """Every module `tree` imports: at the top, inside functions, and under `if TYPE_CHECKING:`."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -129,6 +124,36 @@ def test_the_event_loop_side_imports_neither_the_slot_nor_llama() -> None:
     }
     assert {m: d for m, d in bad.items() if d} == {}
     assert "llama_cpp" not in set().union(*(GRAPH[m] for m in GRAPH if _within(m, "runtime.loop")))
+
+
+def test_the_graph_counts_imports_under_type_checking() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runtime.api import Runtime\n")
+    assert "runtime.api" in _imports(tree, "runtime.loop")
+
+
+STORES = ("sessions.store", "sessions.base", "sessions.disk", "sessions.raw_disk", "sessions.redis", "sessions")
+
+
+def test_serve_adapters_reach_the_model_only_through_the_runtime() -> None:
+    forbidden = ("runtime.backend", "runtime.slot", "runtime.llama")
+    bad = {
+        m: sorted(d for d in deps if any(_within(d, p) for p in forbidden) or d in STORES)
+        for m, deps in GRAPH.items()
+        if _within(m, "runtime.serve")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+    assert "runtime.api" in GRAPH["runtime.serve.http.state"]  # the graph sees the adapters
+
+
+def test_the_tools_are_pure() -> None:
+    """runtime/tools/README.md: tool calling imports the pure packages only."""
+    forbidden = ("runtime.loop", "runtime.backend", "runtime.slot", "runtime.llama", "runtime.api", "runtime.serve")
+    bad = {
+        m: sorted(d for d in deps if any(_within(d, p) for p in forbidden) or d == "llama_cpp")
+        for m, deps in GRAPH.items()
+        if _within(m, "runtime.tools")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_errors_and_log_are_leaves() -> None:

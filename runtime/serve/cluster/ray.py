@@ -77,7 +77,7 @@ class TurnstileReplica:
         self._holder = asyncio.ensure_future(self._hold(config, session_store, opened))
         self.runtime = await opened
         self.app = make_app(self.runtime, **app_options)
-        log.info("replica.ready", replica=self.replica, model=self.runtime.backend.name)
+        log.info("replica.ready", replica=self.replica, model=self.runtime.model_name)
 
     async def _hold(self, config: RuntimeConfig, session_store: str | None, opened: asyncio.Future[Runtime]) -> None:
         """Keep the Runtime open (in one task: its task group lives here) until the replica stops."""

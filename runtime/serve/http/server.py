@@ -146,7 +146,7 @@ async def serve(
                     on_ready(url)
                 await stop.wait()
                 state.closing = True
-                log.info("serve.draining", queued=rt.scheduler.stats().queued)
+                log.info("serve.draining", queued=rt.stats().scheduler.queued)
                 await rt.aclose()  # queued requests fail with RuntimeClosed (503); the running one finishes
         finally:
             server.should_exit = True
