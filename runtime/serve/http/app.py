@@ -37,8 +37,9 @@ from runtime.errors import InvalidConfig
 from runtime.serve import web
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import engine_events, metrics, rooms, session_history
-from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http.chat.endpoint import ChatEndpoint
 from runtime.serve.http.chat.schema import ModelCard, ModelList
+from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
@@ -124,7 +125,7 @@ def build(
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
-        meta = {"n_ctx": rt.backend.n_ctx} if rt is not None else None
+        meta = {"n_ctx": rt.n_ctx} if rt is not None else None
         body = ModelList(data=[ModelCard(id=state.model, created=int(state.started), meta=meta)])
         return Response(msgspec.json.encode(body), media_type="application/json")
 

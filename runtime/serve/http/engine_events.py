@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from runtime.loop.engine_view import EngineView, Running, Tier, Waiting
 from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http.chat.endpoint import send_error
+from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import to_api_error
 from runtime.serve.http.live import event, stream_events
 from runtime.serve.http.state import ServeState

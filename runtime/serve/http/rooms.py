@@ -31,7 +31,7 @@ from runtime.api import Runtime
 from runtime.cli.demo import PERSONAS, Persona, turn_message
 from runtime.reply import Reply
 from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_error
+from runtime.serve.http.endpoint import ClientGone, read_body, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.live import event, stream_events
 from runtime.serve.http.state import ServeState

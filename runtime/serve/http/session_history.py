@@ -28,7 +28,7 @@ from runtime.errors import InvalidRequest
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
-from sessions import Session
+from sessions.model import Session
 
 __all__ = ["PATHS", "routes"]
 
