@@ -227,7 +227,8 @@ class TurnRunner:
                 )
                 rendered, dropped = prompt.rendered, prompt.dropped
             inside = fmt is not None and fmt.opens_block(rendered.text)
-            prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and inside else ""
+            wrote = fmt is not None and (inside or fmt.closes_block(rendered.text))  # the prompt has the block
+            prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and wrote else ""
             splitter = Splitter(fmt, inside=inside, keep=opts.keep, prefix=prefix)
             said: list[str] = []
             first = [True]
