@@ -32,7 +32,7 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
-from runtime.loop.turns import Turn, TurnRunner
+from runtime.loop.turns import Turn, TurnRunner, predicted_cost
 from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
 from runtime.types import CacheRules, RequestKind, Speculative
@@ -125,7 +125,11 @@ class Runtime(SessionOps):
         self.backend = backend
         self.store = store
         self.scheduler = Scheduler(
-            policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity, idle=self._settle
+            policy=cfg.policy,
+            max_queued=cfg.max_queued,
+            affinity=self._affinity,
+            idle=self._settle,
+            prefill_quantum_ms=cfg.prefill_quantum_ms,
         )
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
@@ -146,6 +150,7 @@ class Runtime(SessionOps):
         n_threads: int | None = None,
         cache_ram_mib: int | None = None,
         policy: str = "fifo",
+        prefill_quantum_ms: float | None = None,
         max_queued: int = 1024,
         disk_limit_mib: int = 4096,
         cache_rules: CacheRules = "turnstile",
@@ -168,6 +173,10 @@ class Runtime(SessionOps):
         cache_rules "llama-server" follows its prompt cache and checkpoints exactly; "turnstile" (default) loads
         the longest state any tier holds when it pays for its load (`runtime.slot.lookup`), keeps an entry a load
         uses in part, and (models that need checkpoints) adds a checkpoint at the end of each prompt.
+        policy: how the queue is served: "fifo" (arrival order), "affinity" (states at hand first) or "fair"
+        (smallest predicted cost first; a prefill that held the slot for prefill_quantum_ms, default 500, pauses
+        at an n_batch boundary for a waiting turn that costs less, and resumes from its cached state:
+        docs/fair-slot.md).
         context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
         of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
@@ -196,6 +205,7 @@ class Runtime(SessionOps):
             disk_limit_mib=disk_limit_mib,
             cache_rules=cache_rules,
             policy=policy,
+            prefill_quantum_ms=prefill_quantum_ms,
             max_queued=max_queued,
             context=context,
             speculative=speculative,
@@ -421,7 +431,7 @@ class Runtime(SessionOps):
         async def execute(job: Job[Reply]) -> Reply:
             return await self._turns.run(job, turn)
 
-        return self.scheduler.submit(session_id, execute, kind=turn.kind)
+        return self.scheduler.submit(session_id, execute, kind=turn.kind, cost=predicted_cost(turn))
 
     async def apply_template(
         self,

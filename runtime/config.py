@@ -94,6 +94,7 @@ class LoopOptions(TypedDict, total=False):
     """The settings of the Runtime's own loop (`Runtime.serve`'s keywords): see `RuntimeConfig`."""
 
     policy: str | Policy
+    prefill_quantum_ms: float | None
     max_queued: int
     context: ContextPolicy
     reasoning: ReasoningOptions | None  # None: the config's
@@ -120,6 +121,7 @@ class RuntimeConfig:
     disk_limit_mib: int = 4096
     cache_rules: CacheRules = "turnstile"
     policy: str | Policy = "fifo"
+    prefill_quantum_ms: float | None = None  # policy "fair": prefill time before a pause (None: its default)
     max_queued: int = 1024
     context: ContextPolicy = "error"
     speculative: Speculative = None  # "ngram": draft-less speculative decoding in the slot
@@ -143,6 +145,9 @@ class RuntimeConfig:
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {self.cache_rules!r}")
         if isinstance(self.policy, str) and self.policy not in POLICIES:
             raise InvalidConfig(f"unknown policy {self.policy!r}; choose one of {sorted(POLICIES)}")
+        q = self.prefill_quantum_ms
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q < float("inf")):
+            raise InvalidConfig(f"prefill_quantum_ms must be None or a number >= 0, not {q!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
         if self.context not in CONTEXT_POLICIES:

@@ -23,7 +23,7 @@ from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
 from caches.tiered import TieredCache
 from caches.tokens import lcp
-from runtime.backend.protocol import SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import PrefillPaused, SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
@@ -230,8 +230,11 @@ class Slot:
         last_user = max(req.user_starts, default=-1)
         do_ckpt_model = self.max_checkpoints > 0
         offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
+        first = len(self.tokens)
         while len(self.tokens) < n_prompt:
             start = len(self.tokens)
+            if start > first and req.pause is not None and req.pause(start, n_prompt):
+                raise _Paused  # at a chunk boundary: the chunks from here are the ones an unpaused prefill runs
             end = start
             while end < n_prompt and end - start < eng.n_batch:
                 end += 1
@@ -337,9 +340,10 @@ class Slot:
         elif source is None:
             source = "slot"
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
-        self._n.requests += 1
-        self._n.prompt_tokens += len(prompt)
-        self._n.cached_tokens += n_past
+        if not req.resumed:  # a paused request run again is the same request
+            self._n.requests += 1
+            self._n.prompt_tokens += len(prompt)
+            self._n.cached_tokens += n_past
         eng.set_abort(req.cancel)
         finish: FinishReason
         generated: list[int] = []
@@ -375,6 +379,10 @@ class Slot:
             draft_n, draft_n_accepted = done.draft_n, done.draft_n_accepted
         except _Cancelled:
             finish = "cancelled"
+        except _Paused:
+            done_n = len(self.tokens)
+            log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
+            raise PrefillPaused(done_n, len(prompt), n_past, done_n - n_past, t_prefill, source) from None
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
@@ -415,3 +423,7 @@ class Slot:
 
 class _Cancelled(Exception):
     """Internal: the request's cancel check fired during prefill."""
+
+
+class _Paused(Exception):
+    """Internal: the request's pause check said stop at this chunk boundary."""
