@@ -114,7 +114,7 @@ class Run:
 
 
 async def _turn(rt: Runtime, sid: str, message: str, max_tokens: int) -> Timed:
-    sampling = {"temperature": 0.0, "seed": w.SEED, "max_tokens": max_tokens, "ignore_eos": True}
+    sampling: dict[str, Any] = {"temperature": 0.0, "seed": w.SEED, "max_tokens": max_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
     first: float | None = None
     reply: Reply | None = None

@@ -65,7 +65,7 @@ def test_paused_and_resumed_prefill_equals_unpaused(arch: str, engines: Callable
         paused, other, resumed = paused_then_resumed(slot, eng2, 2 * CFG.n_batch)
     # the boundary is a chunk boundary of the unpaused prefill (checkpoint models also cut chunks at user starts)
     assert paused.done >= 2 * CFG.n_batch and paused.cached == 0 and paused.prefilled == paused.done
-    assert other.cached_tokens < 8  # another conversation: the paused state was swapped out, not extended
+    assert other.cached_tokens < 32  # another conversation: the paused state was swapped out, not extended
     assert resumed.tokens == whole.tokens and resumed.text == whole.text
     assert resumed.cached_tokens == paused.done and resumed.cache_source == "ram"  # no token evaluated twice
     assert paused.prefilled + resumed.prefilled_tokens == whole.prefilled_tokens
@@ -74,7 +74,7 @@ def test_paused_and_resumed_prefill_equals_unpaused(arch: str, engines: Callable
     assert st.requests == 2 and st.prompt_tokens == whole.prompt_tokens + other.prompt_tokens
 
 
-@pytest.mark.parametrize("arch", ["llama", "jamba"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_a_paused_state_that_was_evicted_is_recomputed(arch: str, engines: Callable[[str], Engine]) -> None:
     eng = engines(arch)
     whole = Slot(eng, cache_ram_bytes=0).run(long_request(eng))

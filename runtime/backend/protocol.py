@@ -79,7 +79,7 @@ class SlotRequest:
     resumed: bool = False  # a paused request run again: the slot does not count it as a new request
 
 
-class PrefillPaused(Exception):  # noqa: N818 (control flow, not an error)
+class PrefillPaused(Exception):
     """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so. The slot holds the
     prompt's first `done` tokens, a state like any other (the next swap saves it, the lookup rule finds it);
     the scheduler queues the request again in its place. Not an error: it never reaches a caller."""

@@ -195,13 +195,18 @@ class Slot:
         if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
             raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
 
-    def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
-        """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""
+    def _reuse_prefix(self, prompt: Sequence[int], resumed: bool = False) -> tuple[int, bool]:
+        """Prefix reuse: returns (n_past, whether a checkpoint was restored).
+
+        `resumed`: a paused prefill run again. When the slot holds exactly a prefix of its prompt, its memory is
+        the one the unpaused prefill had at that chunk boundary, so it continues from there as that prefill
+        would, where llama-server's rule would roll a sliding-window memory back to a checkpoint."""
         eng = self.engine
         n_past = lcp(self.tokens, prompt)
         pos_next = n_past
         restored = False
-        if self.max_checkpoints and 0 < n_past <= len(self.tokens):
+        whole = resumed and 0 < n_past == len(self.tokens) < len(prompt)
+        if self.max_checkpoints and 0 < n_past <= len(self.tokens) and not whole:
             has_new = n_past < len(prompt)
             thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
             if eng.pos_min() >= thold:
@@ -331,7 +336,7 @@ class Slot:
         swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load, slot_kept=kept)
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
-        n_past, from_ckpt = self._reuse_prefix(prompt)
+        n_past, from_ckpt = self._reuse_prefix(prompt, req.resumed)
         t_cache = time.perf_counter() - t0
         if n_past == 0:
             source = "none"
