@@ -68,6 +68,14 @@ def test_fair_by_name_and_options() -> None:
         Fair(quantum_ms=-1)
 
 
+def test_serve_takes_policy_fair_and_its_quantum() -> None:
+    from runtime.cli import build_parser
+
+    args = build_parser().parse_args(["serve", "--policy", "fair", "--prefill-quantum-ms", "200"])
+    assert (args.policy, args.prefill_quantum_ms) == ("fair", 200.0)
+    assert build_parser().parse_args(["serve"]).prefill_quantum_ms is None
+
+
 def test_predicted_cost_counts_what_is_new_and_max_tokens() -> None:
     chat = Turn(RequestKind.CHAT, "x" * 400, {"max_tokens": 48})
     assert predicted_cost(chat) == Cost(101, 48)

@@ -18,6 +18,7 @@ from typing import Any
 
 from runtime.api import Runtime
 from runtime.cli import cluster, reasoning
+from runtime.config import RuntimeConfig
 from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
@@ -129,7 +130,13 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         from runtime.testing import ScriptedBackend
         from sessions import MemoryStore
 
-        return lambda: Runtime.serve(ScriptedBackend(), MemoryStore(), policy=args.policy, max_queued=args.max_queued)
+        return lambda: Runtime.serve(
+            ScriptedBackend(),
+            MemoryStore(),
+            RuntimeConfig(prefill_quantum_ms=args.prefill_quantum_ms),
+            policy=args.policy,
+            max_queued=args.max_queued,
+        )
 
     def open_runtime() -> AbstractAsyncContextManager[Runtime]:
         return Runtime.open(
