@@ -35,9 +35,13 @@ def running(held_s: float, left: int, skips: int = 0, sid: str = "long") -> Runn
 
 
 def test_fair_picks_the_cheapest_then_the_oldest_and_bounds_skips() -> None:
-    cands = [C("a", 1, cost=Cost(5000, 48)), C("b", 2, cost=Cost(80, 48)), C("c", 3, cost=Cost(20, 48))]
+    cands = [C("a", 1, cost=Cost(5000, 48)), C("b", 2, cost=Cost(200, 48)), C("c", 3, cost=Cost(20, 48))]
     assert Fair().pick(cands, lambda c: 0).session_id == "c"
     assert Fair().pick([C("x", 2, cost=Cost(1)), C("y", 1, cost=Cost(1))], lambda c: 0).session_id == "y"
+    # about the same size (within 2x of the cheapest): arrival order
+    similar = [C("x", 3, cost=Cost(60, 48)), C("y", 2, cost=Cost(150, 48)), C("z", 1, cost=Cost(170, 48))]
+    assert Fair().pick(similar, lambda c: 0).session_id == "y"
+    assert Fair(similar=1).pick(similar, lambda c: 0).session_id == "x"
     cands[0].skips = 4
     assert Fair(max_skips=4).pick(cands, lambda c: 0).session_id == "a"  # passed over 4 times: it runs now
     assert Fair(max_skips=5).pick(cands, lambda c: 0).session_id == "c"

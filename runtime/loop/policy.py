@@ -112,8 +112,9 @@ PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 her
 class Fair:
     """Shortest predicted cost first, with a time quantum for prefill and a bound on being passed over.
 
-    - pick: a request passed over `max_skips` times runs first (oldest such); otherwise the smallest predicted
-      cost (`Cost.total`: uncached prompt tokens + max_tokens), oldest first among equals.
+    - pick: a request passed over `max_skips` times runs first (oldest such); otherwise the oldest of those whose
+      predicted cost (`Cost.total`: uncached prompt tokens + max_tokens) is within `similar` times the smallest
+      (turns of about the same size keep their arrival order; a long one waits for the short ones).
     - preempt: a prefill that has held the slot for `quantum_ms` yields at the next n_batch boundary when a
       request waits whose predicted cost is below what the running one has left. Its state stays a cached
       prefix; it resumes in its place (skips counted from then), and runs at least `quantum_ms` each time.
@@ -124,19 +125,23 @@ class Fair:
 
     name = "fair"
 
-    def __init__(self, quantum_ms: float = PREFILL_QUANTUM_MS, max_skips: int = 4) -> None:
+    def __init__(self, quantum_ms: float = PREFILL_QUANTUM_MS, max_skips: int = 4, similar: float = 2.0) -> None:
         if not quantum_ms >= 0:
             raise InvalidConfig(f"prefill_quantum_ms must be >= 0, not {quantum_ms!r}")
         if max_skips < 0:
             raise InvalidConfig("max_skips must be >= 0")
+        if not similar >= 1:
+            raise InvalidConfig(f"similar must be >= 1, not {similar!r}")
         self.quantum_ms = float(quantum_ms)
         self.max_skips = max_skips
+        self.similar = similar
 
     def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
         starved = [c for c in candidates if c.skips >= self.max_skips]
         if starved:
             return min(starved, key=lambda c: c.arrival)
-        return min(candidates, key=lambda c: (cost_of(c), c.arrival))
+        least = min(cost_of(c) for c in candidates)
+        return min((c for c in candidates if cost_of(c) <= least * self.similar), key=lambda c: c.arrival)
 
     def preempt(self, running: Running, waiting: Sequence[Candidate]) -> bool:
         if running.held_s * 1000.0 < self.quantum_ms or running.skips >= self.max_skips:
