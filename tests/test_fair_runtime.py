@@ -90,3 +90,38 @@ async def test_fair_pauses_the_long_prefill_for_short_turns_and_changes_no_reply
     assert fair_long.timings.paused > 0 and fifo_long.timings.paused == 0
     ram_loads = [e for e in logs if e["event"] == "cache.decision" and e.get("request_id") == fair_long.request_id]
     assert ram_loads[-1]["source"] == "ram" and ram_loads[-1]["cached"] == paused[-1]["done"]
+
+
+async def test_a_request_cancelled_while_paused_commits_nothing(tiny_llama: Path) -> None:
+    async with Runtime.open(tiny_llama, policy="fair", **OPTS) as rt:
+        gated = GatedFair()
+        rt.scheduler.policy = gated
+        await rt.create_session("long", system="You read documents.")
+        for i in range(SHORTS):
+            await rt.create_session(f"s{i}", system=f"You are agent {i}.")
+        shorts: list[Reply] = []
+        scope = anyio.CancelScope()
+
+        async def long() -> None:
+            with scope:
+                await rt.chat("long", f"Summarize: {DOC}", **GEN)
+
+        async def short(i: int) -> None:
+            shorts.append(await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long)
+            await anyio.to_thread.run_sync(gated.reached.wait, 30)
+            for i in range(SHORTS):
+                tg.start_soon(short, i)
+            while len(rt.scheduler) < SHORTS:
+                await anyio.lowlevel.checkpoint()
+            gated.go.set()
+            while rt.stats().scheduler.pauses < 1:  # paused: back in the queue behind the short turns
+                await anyio.lowlevel.checkpoint()
+            scope.cancel()
+        st = rt.stats()
+        # completed: the sessions' creation and the short turns
+        assert (st.scheduler.pauses, st.scheduler.cancelled, st.scheduler.completed) == (1, 1, 1 + 2 * SHORTS)
+        assert len(shorts) == SHORTS and (await rt.get_session("long")).messages == ()
+        assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
