@@ -64,10 +64,10 @@ def test_fair_by_name_and_options() -> None:
     fair = make_policy("fair", 120.0)
     assert isinstance(fair, Fair) and fair.quantum_ms == 120.0
     assert isinstance(make_policy("fair"), Fair) and Fair().quantum_ms == PREFILL_QUANTUM_MS
-    assert RuntimeConfig(policy="fair", prefill_quantum_ms=50).prefill_quantum_ms == 50
+    assert RuntimeConfig.build(policy="fair", prefill_quantum_ms=50).scheduler.prefill_quantum_ms == 50
     for bad in (-1, float("nan"), float("inf"), "5", True):
         with pytest.raises(InvalidConfig, match="prefill_quantum_ms"):
-            RuntimeConfig(policy="fair", prefill_quantum_ms=bad)  # type: ignore[arg-type]
+            RuntimeConfig.build(policy="fair", prefill_quantum_ms=bad)
     with pytest.raises(InvalidConfig):
         Fair(quantum_ms=-1)
 
