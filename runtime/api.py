@@ -34,7 +34,7 @@ from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reasoning import ReasoningOptions
-from runtime.reply import Reply
+from runtime.reply import Reply, Started
 from runtime.types import CacheRules, RequestKind, Speculative
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
@@ -354,7 +354,8 @@ class Runtime(SessionOps):
         opts, pieces = self._options(options), Pieces()
         job = self._submit(session_id, self._chat_turn(message, tool_results, opts, pieces), opts.timeout)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
-            yield item
+            if not isinstance(item, Started):  # (only a `progress` stream has them)
+                yield item
 
     async def complete(
         self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
@@ -369,10 +370,16 @@ class Runtime(SessionOps):
         return await self.scheduler.wait(job, opts.timeout)
 
     async def complete_stream(
-        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
-    ) -> AsyncIterator[Piece | Reply]:
-        """`complete`, streamed: the reply's pieces (as `stream`'s), then the Reply."""
-        opts, pieces = self._options(options), Pieces()
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        session_id: str | None = None,
+        progress: bool = False,
+        **options: Unpack[TurnOptions],
+    ) -> AsyncIterator[Piece | Started | Reply]:
+        """`complete`, streamed: the reply's pieces (as `stream`'s), then the Reply. With `progress`, a
+        `Started` comes first, as soon as the slot starts the turn (before its prefill)."""
+        opts, pieces = self._options(options), Pieces(progress=progress)
         job = self._submit_complete(messages, session_id, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item

@@ -227,6 +227,7 @@ class TurnRunner:
                 user_starts=rendered.user_starts,
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_start=pieces.started if pieces is not None else None,
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,

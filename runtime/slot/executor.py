@@ -337,6 +337,8 @@ class Slot:
         elif source is None:
             source = "slot"
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        if req.on_start is not None:
+            req.on_start(len(prompt), n_past)
         self._n.requests += 1
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += n_past

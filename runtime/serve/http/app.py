@@ -32,13 +32,13 @@ from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
 from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
 from runtime.serve.http.responses.endpoint import ResponsesApi
 from runtime.serve.http.responses.store import ResponseStore
-from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState

@@ -20,16 +20,17 @@ from runtime.api import Runtime
 from runtime.errors import TurnstileError
 from runtime.log import get_logger
 from runtime.loop.stream import Piece
-from runtime.reply import Reply
+from runtime.reply import Reply, Started
 from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.convert import Call
-from runtime.serve.http.errors import ApiError, to_api_error
-from runtime.serve.http.event_stream import relay
 from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.chat.stream import ChunkWriter
+from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.event_stream import relay
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase, run_watched
 
 __all__ = ["ChatEndpoint", "read_body", "send_bytes", "send_error"]
@@ -38,6 +39,7 @@ log = get_logger(__name__)
 
 _JSON = (b"content-type", b"application/json")
 _decoder = msgspec.json.Decoder(ChatRequest)
+_KNOWN = declared(ChatRequest)
 
 
 class ClientGone(TurnstileError):
@@ -94,7 +96,9 @@ class ChatEndpoint:
             body = await read_body(scope, receive, self.max_body_bytes)
             if not body.strip():
                 raise ApiError.bad_request("the request body is empty (want a JSON chat completion request)")
-            call = convert.from_request(_decoder.decode(body), header(scope, b"x-session-id"))
+            req = _decoder.decode(body)
+            self.state.unknown_fields.note("chat", body, _KNOWN)
+            call = convert.from_request(req, header(scope, b"x-session-id"))
             if call.session_id is not None:  # the client's id, in its tenant's namespace
                 call.session_id = tenant_of(scope).session_id(call.session_id)
             rt = self.state.require()
@@ -128,8 +132,14 @@ class ChatEndpoint:
 
     async def _stream(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         items = cast(
-            AsyncGenerator[Piece | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            AsyncGenerator[Piece | Started | Reply, None],
+            rt.complete_stream(
+                call.messages,
+                session_id=call.session_id,
+                progress=True,
+                timeout=self.request_timeout,
+                **call.kwargs,
+            ),
         )
 
         async def end(writer: ChunkWriter, reply: Reply) -> bytes:

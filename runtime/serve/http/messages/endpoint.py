@@ -26,16 +26,17 @@ from runtime.backend.protocol import SlotBackend
 from runtime.log import get_logger
 from runtime.loop import validate
 from runtime.reasoning import ReasoningOptions
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send, header
-from runtime.serve.http.messages import convert as anthropic
-from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
-from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.messages import convert as anthropic
+from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
+from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase, run_watched
 from runtime.tools.plan import ToolPlan
 
@@ -46,6 +47,7 @@ log = get_logger(__name__)
 PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 _messages = msgspec.json.Decoder(MessagesRequest)
 _count = msgspec.json.Decoder(CountRequest)
+_KNOWN = declared(MessagesRequest)  # count_tokens gets whole Messages bodies too: the same fields are known
 
 
 async def _fail(send: Send, exc: BaseException) -> None:
@@ -69,7 +71,9 @@ class MessagesEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            req = _messages.decode(await _body(scope, receive, self.max_body_bytes))
+            body = await _body(scope, receive, self.max_body_bytes)
+            req = _messages.decode(body)
+            self.state.unknown_fields.note("messages", body, _KNOWN)
             client_id = header(scope, b"x-session-id")
             session_id = tenant_of(scope).session_id(client_id) if client_id else None
             call = anthropic.from_request(req, session_id)
@@ -104,8 +108,14 @@ class MessagesEndpoint:
 
     async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         items = cast(
-            AsyncGenerator[str | ToolCallDelta | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
+            rt.complete_stream(
+                call.messages,
+                session_id=call.session_id,
+                progress=True,
+                timeout=self.request_timeout,
+                **call.kwargs,
+            ),
         )
 
         async def end(events: MessageEvents, reply: Reply) -> bytes:
@@ -113,7 +123,9 @@ class MessagesEndpoint:
 
         async with contextlib.aclosing(items):  # pieces: thinking, answer text, or a piece of a tool call
             make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
-            await relay(items, send, make, end, opening=MessageEvents.start, phase=phase)
+            await relay(
+                items, send, make, end, opening=MessageEvents.start, keepalive_event=MessageEvents.ping, phase=phase
+            )
 
 
 def count_tokens(backend: SlotBackend, req: CountRequest) -> int:
@@ -143,7 +155,9 @@ class CountTokensEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            req = _count.decode(await _body(scope, receive, self.max_body_bytes))
+            body = await _body(scope, receive, self.max_body_bytes)
+            req = _count.decode(body)
+            self.state.unknown_fields.note("messages", body, _KNOWN)
             backend = self.state.require().backend
             n = await anyio.to_thread.run_sync(lambda: count_tokens(backend, req))
         except ClientGone:

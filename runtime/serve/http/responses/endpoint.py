@@ -31,17 +31,18 @@ from starlette.routing import Route
 from runtime.api import Runtime
 from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.responses.schema import ResponsesRequest
 from runtime.serve.http.responses.store import Record, ResponseStore
 from runtime.serve.http.responses.stream import EventWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase, run_watched
 
 __all__ = ["PATHS", "ResponsesApi"]
@@ -50,6 +51,7 @@ log = get_logger(__name__)
 
 PATHS = frozenset({"/v1/responses"})
 _decoder = msgspec.json.Decoder(ResponsesRequest)
+_KNOWN = declared(ResponsesRequest)
 
 
 def _not_found(e: ResponseNotFound, param: str | None = None) -> ApiError:
@@ -199,6 +201,7 @@ class ResponsesApi:
             if not body.strip():
                 raise ApiError.bad_request("the request body is empty (want a JSON Responses request)")
             req = _decoder.decode(body)
+            self.state.unknown_fields.note("responses", body, _KNOWN)
             turn = rc.parse(req)
             rt = self.state.require()
             plan = await self._plan(rt, req, tenant_of(scope), turn)
@@ -305,7 +308,8 @@ class ResponsesApi:
 
     async def _stream(self, rt: Runtime, plan: _Plan, send: Send) -> None:
         items = cast(
-            AsyncGenerator[str | ToolCallDelta | Reply, None], rt.complete_stream(plan.messages(), **self._kwargs(plan))
+            AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
+            rt.complete_stream(plan.messages(), progress=True, **self._kwargs(plan)),
         )
 
         async def end(writer: EventWriter, reply: Reply) -> bytes:
