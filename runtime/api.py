@@ -31,6 +31,7 @@ from runtime.loop.options import (
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
+from runtime.loop.replay import Replay
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reasoning import ReasoningOptions
@@ -368,6 +369,10 @@ class Runtime(SessionOps):
         opts = self._options(options)
         job = self._submit_complete(messages, session_id, opts, None)
         return await self.scheduler.wait(job, opts.timeout)
+
+    def set_replay(self, on: bool) -> None:
+        """Replay resent replies as the tokens generated for them (on by default; `runtime.loop.replay`)."""
+        self._turns.replay = (self._turns.replay or Replay()) if on else None
 
     async def complete_stream(
         self,

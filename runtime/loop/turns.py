@@ -22,6 +22,7 @@ from runtime.errors import SessionNotFound
 from runtime.log import get_logger
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
+from runtime.loop.replay import Replay, Spliced, same_reply
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
@@ -75,6 +76,7 @@ class TurnRunner:
         self._in_slot = slot_call
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
+        self.replay: Replay | None = Replay()  # generated replies replayed as generated (None: off)
 
     async def run(self, job: Job[Reply], turn: Turn) -> Reply:
         sid = job.session_id
@@ -221,10 +223,13 @@ class TurnRunner:
                 emit(splitter.feed(piece))
 
             grammar = turn.constraints.grammar
+            spliced = Spliced(rendered.tokens)
+            if self.replay is not None:
+                spliced = self.replay.splice(rendered.tokens, same_reply(self.backend.token_piece, tools, fmt))
             req = SlotRequest(
-                prompt=rendered.tokens,
+                prompt=spliced.tokens,
                 sampling=sampling,
-                user_starts=rendered.user_starts,
+                user_starts=spliced.shift(rendered.user_starts),
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
                 on_start=pieces.started if pieces is not None else None,
@@ -236,6 +241,9 @@ class TurnRunner:
                 preserved=fmt.tags if fmt is not None else (),
             )
             result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            if self.replay is not None:
+                at_eog = result.finish_reason == "stop" and result.stop_sequence is None
+                self.replay.remember(spliced.tokens, result.tokens, at_eog=at_eog)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())
