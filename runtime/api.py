@@ -28,10 +28,10 @@ from runtime.loop.options import (
     TurnOptions,
     check_turn_options,
 )
+from runtime.loop.replay import Replay
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
-from runtime.loop.replay import Replay
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.reasoning import ReasoningOptions

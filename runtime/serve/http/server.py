@@ -100,11 +100,12 @@ async def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
     model_name: str | None = None,
+    normalize: bool = True,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
     """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised)."""
-    state = ServeState(model_name=model_name)
+    state = ServeState(model_name=model_name, normalize=normalize)
     application = build(
         state,
         api_key=api_key,

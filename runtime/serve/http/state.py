@@ -21,6 +21,7 @@ class ServeState:
     runtime: Runtime | None = None
     closing: bool = False
     model_name: str | None = None
+    normalize: bool = True  # the named normalizations of volatile prompt spans (runtime.serve.http.normalize)
     started: float = field(default_factory=time.time)
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (path, status) -> count
     responses_by_key: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key name, status) -> count

@@ -48,6 +48,7 @@ import msgspec
 from runtime.log import get_logger
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.normalize import billing_header
 from runtime.serve.http.speculation import speculative_option
 from runtime.serve.http.tolerance import not_offered
 
@@ -303,8 +304,13 @@ def _message(m: InputMessage, i: int, dropped: _Dropped) -> list[dict[str, Any]]
     return [msg]
 
 
-def _system_text(system: str | list[dict[str, Any]], where: str, dropped: _Dropped, sep: str) -> str:
-    return system if isinstance(system, str) else sep.join(_text_blocks(system, where, dropped))
+def _system_text(
+    system: str | list[dict[str, Any]], where: str, dropped: _Dropped, sep: str, normalize: bool = False
+) -> str:
+    texts = [system] if isinstance(system, str) else _text_blocks(system, where, dropped)
+    if normalize:  # llama-server's rule, block by block (runtime.serve.http.normalize)
+        texts = [billing_header(t) for t in texts]
+    return sep.join(texts)
 
 
 def _tools(req: CountRequest) -> dict[str, Any]:
@@ -347,14 +353,15 @@ def _thinking(thinking: Thinking | None) -> dict[str, Any]:
     return {"reasoning": "on", "reasoning_budget": thinking.budget_tokens}
 
 
-def prompt_of(req: CountRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The OpenAI-shaped messages and the prompt-shaping options (tools, reasoning) of a request."""
+def prompt_of(req: CountRequest, *, normalize: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The OpenAI-shaped messages and the prompt-shaping options (tools, reasoning) of a request
+    (`normalize`: the named normalizations of `runtime.serve.http.normalize`)."""
     if not req.messages:
         raise _bad("messages must be a non-empty list")
     dropped = _Dropped()
     systems: list[str] = []
     if req.system is not None:
-        systems.append(_system_text(req.system, "system", dropped, ""))
+        systems.append(_system_text(req.system, "system", dropped, "", normalize))
     messages: list[dict[str, Any]] = []
     for i, m in enumerate(req.messages):
         if m.role == "system":  # merged into the one system prompt (module docstring)
@@ -368,7 +375,7 @@ def prompt_of(req: CountRequest) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return head + messages, _tools(req) | _thinking(req.thinking)
 
 
-def from_request(req: MessagesRequest, session_id: str | None) -> MessagesCall:
+def from_request(req: MessagesRequest, session_id: str | None, *, normalize: bool = True) -> MessagesCall:
     """The Runtime call for a decoded request (`session_id`: already in the tenant's namespace)."""
     if req.max_tokens is None:
         raise _bad("max_tokens: Field required", "max_tokens")
@@ -376,7 +383,7 @@ def from_request(req: MessagesRequest, session_id: str | None) -> MessagesCall:
         raise _bad(f"max_tokens: must be at least 1, not {req.max_tokens} (no cache pre-warming)", "max_tokens")
     if req.metadata is not None and not all(isinstance(k, str) for k in req.metadata):
         raise _bad("metadata must be an object", "metadata")
-    messages, kw = prompt_of(req)
+    messages, kw = prompt_of(req, normalize=normalize)
     kw["max_tokens"] = req.max_tokens
     for name in ("temperature", "top_p", "top_k"):
         value = getattr(req, name)

@@ -76,7 +76,7 @@ class MessagesEndpoint:
             self.state.unknown_fields.note("messages", body, _KNOWN)
             client_id = header(scope, b"x-session-id")
             session_id = tenant_of(scope).session_id(client_id) if client_id else None
-            call = anthropic.from_request(req, session_id)
+            call = anthropic.from_request(req, session_id, normalize=self.state.normalize)
             rt = self.state.require()
         except ClientGone:
             return
@@ -128,9 +128,9 @@ class MessagesEndpoint:
             )
 
 
-def count_tokens(backend: SlotBackend, req: CountRequest) -> int:
+def count_tokens(backend: SlotBackend, req: CountRequest, *, normalize: bool = True) -> int:
     """The prompt's token count for a request, rendered as a turn renders it (blocking: a worker thread)."""
-    messages, kw = anthropic.prompt_of(req)
+    messages, kw = anthropic.prompt_of(req, normalize=normalize)
     chat = validate.check_conversation(messages, "count").chat_messages()
     reasoning: dict[str, Any] = {n: kw[n] for n in ("reasoning", "reasoning_budget") if n in kw}
     try:
@@ -159,7 +159,8 @@ class CountTokensEndpoint:
             req = _count.decode(body)
             self.state.unknown_fields.note("messages", body, _KNOWN)
             backend = self.state.require().backend
-            n = await anyio.to_thread.run_sync(lambda: count_tokens(backend, req))
+            normalize = self.state.normalize
+            n = await anyio.to_thread.run_sync(lambda: count_tokens(backend, req, normalize=normalize))
         except ClientGone:
             return
         except Exception as e:
