@@ -295,3 +295,21 @@ def test_refusals_name_the_field_in_the_official_shape(server: ServeProcess) -> 
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]}], "store": False},
     )
     assert r.status_code == 400 and "input[0].content[0]" in r.json()["error"]["message"]
+
+
+def test_conversation_identity_from_what_clients_send() -> None:
+    from runtime.serve.cluster.affinity import routing_key
+    from runtime.serve.http.identity import conversation_of
+
+    uid = "user_ab12_account_0f0e_session_8c1d2e3f-aaaa-bbbb-cccc-0123456789ab"
+    claude = {b"x-claude-code-session-id": b"cc-1"}
+    assert conversation_of(claude, b"{}") == "cc-1"
+    assert conversation_of({b"x-session-id": b"s", **claude}, b"{}", "team") == "team/s"  # turnstile's first
+    assert conversation_of({b"session_id": b"codex-1"}, b"{}") == "codex-1"
+    assert conversation_of({}, b'{"prompt_cache_key": "conv-7", "input": "hi"}') == "conv-7"
+    assert conversation_of({}, b'{"metadata": {"user_id": "%s"}}' % uid.encode()) == uid.rsplit("_", 1)[1]
+    as_json = b'{"metadata": {"user_id": "{\\"device_id\\": \\"d\\", \\"session_id\\": \\"s-9\\"}"}}'
+    assert conversation_of({}, as_json) == "s-9"
+    assert conversation_of({}, b'{"messages": []}') is None and conversation_of({}, b"not json") is None
+    body = b'{"prompt_cache_key": "conv-7", "messages": [{"role": "user", "content": "a"}]}'
+    assert routing_key(conversation_of({}, body), body) == "session:conv-7"  # the Ray router's affinity key
