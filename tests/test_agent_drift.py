@@ -6,7 +6,9 @@ Qwen 2.5 tool caller: a call, then an answer once the tool result is in the prom
   reads everything the first left in the slot from the cache; with `normalize=False` the prompt is the one
   sent, and the cache ends at the stamp;
 - Codex (Responses, `store: false`, the whole input resent every turn): the same, through function_call
-  items whose `arguments` string is the one turnstile returned.
+  items whose `arguments` string is the one turnstile returned;
+- a template that drops earlier reasoning after a new user message (Qwen3), and a `<system-reminder>` block
+  that moves: the cache is kept up to the first changed token and the rest recomputed (the lookup rule).
 """
 
 from __future__ import annotations
@@ -117,3 +119,53 @@ async def test_codex_whole_input_resent_with_store_false(caller: Path) -> None:
         second = (await c.post("/v1/responses", json={**base, "input": items})).json()
         assert second["output"][-1]["content"][0]["text"] == ANSWER
         assert second["usage"]["input_tokens_details"]["cached_tokens"] == held
+
+
+async def test_a_template_that_drops_earlier_reasoning_recomputes_from_the_first_change(tmp_path: Path) -> None:
+    """Qwen3's template keeps an assistant's reasoning while the tool loop runs and drops it once a new user
+    message follows: the next prompt differs from the cached one where that reasoning was, and only the
+    tokens from there on are recomputed (the lookup rule; replay does not override the template)."""
+    from runtime.testing.thinking_models import qwen3_template
+    from tests.reasoning_models import write_thinking
+
+    model = write_thinking(tmp_path / "qwen3.gguf", qwen3_template())
+    tool = [{"type": "function", "function": {"name": "read_file", "parameters": SCHEMA}}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+    loop = [
+        {"role": "user", "content": "Read a."},
+        {"role": "assistant", "content": "", "reasoning_content": "I should read a.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "hello"},
+    ]
+    after = [*loop, {"role": "assistant", "content": "It says hello."}, {"role": "user", "content": "Thanks."}]
+    async with Runtime.open(model, n_ctx=1024, n_threads=1) as rt:
+        first = await rt.complete(loop, tools=tool, max_tokens=2, temperature=0)
+        second = await rt.complete(after, tools=tool, max_tokens=2, temperature=0)
+        be = rt.backend
+        a = be.tokenize(be.apply_template(loop, tools=tool))
+        b = be.tokenize(be.apply_template(after, tools=tool))
+    assert "I should read a." in be.apply_template(loop, tools=tool)
+    assert "I should read a." not in be.apply_template(after, tools=tool)  # dropped after the new user message
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    assert first.usage.prompt_tokens == len(a) and second.usage.prompt_tokens == len(b)
+    assert second.usage.cached_tokens == common < len(a)  # kept up to the first change, recomputed after it
+
+
+async def test_a_moving_system_reminder_recomputes_from_where_it_was(tmp_path: Path) -> None:
+    """A client that moves a `<system-reminder>` block (not normalized: it is content) keeps the cache up to
+    the block's old place; the turn recomputes from there on, never less."""
+    from runtime.testing.thinking_models import qwen3_template
+    from tests.reasoning_models import write_thinking
+
+    model = write_thinking(tmp_path / "qwen3.gguf", qwen3_template())
+    reminder = "<system-reminder>Files changed: a.txt</system-reminder>\n"
+    sys_ = {"role": "system", "content": "You are a coding agent."}
+    turn1 = [sys_, {"role": "user", "content": "Read a.txt and tell me."}, {"role": "assistant", "content": "Ok."}]
+    before = [*turn1[:1], {"role": "user", "content": reminder + "Read a.txt and tell me."}]
+    moved = [*turn1, {"role": "user", "content": reminder + "Now b.txt."}]  # the block moved to the last message
+    async with Runtime.open(model, n_ctx=1024, n_threads=1) as rt:
+        await rt.complete(before, max_tokens=2, temperature=0)
+        second = await rt.complete(moved, max_tokens=2, temperature=0)
+        be = rt.backend
+        a, b = be.tokenize(be.apply_template(before)), be.tokenize(be.apply_template(moved))
+    common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    assert second.usage.cached_tokens == common  # the system prompt and the user header: kept
