@@ -131,12 +131,16 @@ async def test_a_template_that_drops_earlier_reasoning_recomputes_from_the_first
     model = write_thinking(tmp_path / "qwen3.gguf", qwen3_template())
     tool = [{"type": "function", "function": {"name": "read_file", "parameters": SCHEMA}}]
     call = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
-    loop = [
+    loop: list[dict[str, Any]] = [
         {"role": "user", "content": "Read a."},
         {"role": "assistant", "content": "", "reasoning_content": "I should read a.", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": "hello"},
     ]
-    after = [*loop, {"role": "assistant", "content": "It says hello."}, {"role": "user", "content": "Thanks."}]
+    after: list[dict[str, Any]] = [
+        *loop,
+        {"role": "assistant", "content": "It says hello."},
+        {"role": "user", "content": "Thanks."},
+    ]
     async with Runtime.open(model, n_ctx=1024, n_threads=1) as rt:
         first = await rt.complete(loop, tools=tool, max_tokens=2, temperature=0)
         second = await rt.complete(after, tools=tool, max_tokens=2, temperature=0)
