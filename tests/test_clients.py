@@ -26,6 +26,7 @@ from runtime.testing.scripted_models import write_tool_caller
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / ".cache" / "npm-clients"
+RECORDED = ROOT / ".cache" / "recorded"
 CODEX = "@openai/codex@0.171.0"
 CTX = 65536  # Codex's first prompt is ~36,000 tokens in the scripted model's byte-level vocabulary
 TEXT = "hello from codex"
@@ -80,6 +81,10 @@ def test_codex_exec_writes_the_file_through_a_tool_round_trip(codex: Path, tmp_p
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         bodies = [json.loads(p.read_bytes()) for p in rec.bodies()]
+    keep = RECORDED / "codex"  # for `python -m benchmarks agents` (ignored, never committed)
+    shutil.rmtree(keep, ignore_errors=True)
+    shutil.copytree(tmp_path / "recorded", keep)
+    (keep / "model.json").write_text(json.dumps({"call": json.dumps(call), "answer": "Done.", "n_ctx": CTX}))
     assert (work / "notes.txt").read_text() == TEXT
     assert "Done." in done.stdout
     first, last = bodies[0], bodies[-1]
