@@ -50,7 +50,7 @@ class ToolCallDelta(msgspec.Struct, frozen=True):
 
 class Started(msgspec.Struct, frozen=True):
     """The slot started the turn: its prompt is tokenized and fits, `cached_tokens` of it are reused and the
-    rest is about to be prefilled. Only `Runtime.complete_stream(..., progress=True)` yields it (first), so
+    rest is about to be prefilled. Only `Runtime.complete_stream_started` yields it (first), so
     that a server can answer before a long prefill ends (Anthropic's `message_start`, keep-alives)."""
 
     prompt_tokens: int
