@@ -16,7 +16,7 @@ import msgspec
 from caches.disk.tier import DiskTierStats
 from runtime.backend.protocol import SlotBackend, SlotStats
 from runtime.config import EngineConfig, EngineOptions, LoopOptions, RuntimeConfig
-from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
 from runtime.loop import validate as v
 from runtime.loop.context import ContextPolicy
@@ -33,10 +33,11 @@ from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
+from runtime.model_info import ModelInfo, model_info
 from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
 from runtime.types import CacheRules, RequestKind, Speculative
-from sessions import DiskStore, MemoryStore
+from sessions import DiskStore, MemoryStore, Session
 from sessions.store import SessionStore
 
 log = get_logger(__name__)
@@ -376,6 +377,58 @@ class Runtime(SessionOps):
         job = self._submit_complete(messages, session_id, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
+
+    async def complete_prompt(self, prompt: Sequence[int], **options: Unpack[TurnOptions]) -> Reply:
+        """A continuation of a raw prompt (token ids, no chat template), stateless, through the same queue,
+        slot and caches as every turn (llama-server's /completion). ContextOverflow, before anything is
+        queued, when the prompt does not fit the context."""
+        opts = self._options(options)
+        job = self._submit_prompt(prompt, opts, None)
+        return await self.scheduler.wait(job, opts.timeout)
+
+    async def complete_prompt_stream(
+        self, prompt: Sequence[int], **options: Unpack[TurnOptions]
+    ) -> AsyncIterator[Piece | Reply]:
+        """`complete_prompt`, streamed: the pieces, then the Reply."""
+        opts, pieces = self._options(options), Pieces()
+        job = self._submit_prompt(prompt, opts, pieces)
+        async for item in follow(self.scheduler, job, pieces, opts.timeout):
+            yield item
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """The model's tokens for `text` (llama-server's /tokenize)."""
+        return self.backend.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def token_piece(self, token: int) -> bytes:
+        """The bytes of one token (llama-server's /detokenize joins them)."""
+        return self.backend.token_piece(token)
+
+    def model_info(self) -> ModelInfo:
+        """What the model is: file, context size, vocabulary, chat template, BOS/EOS text (llama-server's /props)."""
+        return model_info(self.backend)
+
+    def _submit_prompt(self, prompt: Sequence[int], opts: CheckedOptions, pieces: Pieces | None) -> Job[Reply]:
+        if not isinstance(prompt, Sequence) or isinstance(prompt, str | bytes) or not prompt:
+            raise InvalidRequest("prompt must be a non-empty list of token ids")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise InvalidRequest("prompt must be a list of token ids (ints >= 0)")
+        tokens = tuple(prompt)
+        for t in set(tokens):
+            self.backend.token_piece(t)  # an id outside the vocabulary raises InvalidRequest
+        if len(tokens) >= self.backend.n_ctx:
+            raise ContextOverflow(len(tokens), self.backend.n_ctx)
+        sid = f"@stateless:{next(self._anonymous)}"
+        turn = Turn(
+            RequestKind.COMPLETE,
+            None,
+            opts.sampling,
+            pieces,
+            conversation=Session.new(sid),
+            commit=False,
+            constraints=opts.constraints,
+            prompt=tokens,
+        )
+        return self._submit(sid, turn, opts.timeout)
 
     def _options(self, options: TurnOptions) -> CheckedOptions:
         """The turn's options checked (typed errors, before anything is queued)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
-from runtime.cli import cluster, reasoning
+from runtime.cli import cluster, llama_flags, reasoning
 from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
@@ -73,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stored responses' size limit (256 MiB; in --data-dir/responses when given)",
     )
     reasoning.add_arguments(p)
+    llama_flags.add_arguments(p)
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -94,6 +95,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
     reasoning.check_arguments(p, args)
+    llama_flags.check_arguments(p, args)
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
@@ -153,6 +155,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")
         sys.stdout.flush()
 
+    args.model_name = llama_flags.model_name(args)
     name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)
     await serve(
         _opener(args, options),
@@ -171,6 +174,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
             max_responses=args.responses_max,
             max_bytes=args.responses_max_bytes,
         ),
+        llama=llama_flags.options(args),
         on_ready=ready,
     )
     return 0

@@ -19,7 +19,6 @@ is kept in the session store, in the namespace of the request's tenant (runtime.
 
 from __future__ import annotations
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -33,12 +32,14 @@ from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
 from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.llama import completion as llama_completion
+from runtime.serve.http.llama import routes as llama_routes
+from runtime.serve.http.llama.cors import Cors
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
 from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
 from runtime.serve.http.responses.endpoint import ResponsesApi
 from runtime.serve.http.responses.store import ResponseStore
-from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
@@ -49,11 +50,20 @@ from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+PUBLICCOMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
+_PATHS = frozenset({"/health", "/v1/health"})
+COMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
 _PATHS = frozenset(
     {
         "/v1/chat/completions",
+        "/chat/completions",
         "/v1/models",
+        "/models",
+        "/props",
+        "/slots",
+        "/v1/health",
+        *COMPLETION_PATHS,
         "/health",
         "/metrics",
         *TEMPLATE_PATHS,
@@ -112,12 +122,6 @@ def build(
         raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
     store = responses if responses is not None else ResponseStore()
 
-    async def models(_request: Request) -> Response:
-        rt = state.runtime
-        meta = {"n_ctx": rt.backend.n_ctx} if rt is not None else None
-        body = ModelList(data=[ModelCard(id=state.model, created=int(state.started), meta=meta)])
-        return Response(msgspec.json.encode(body), media_type="application/json")
-
     async def health(_request: Request) -> Response:
         try:
             state.require()
@@ -135,29 +139,40 @@ def build(
         body = err.anthropic_body() if is_anthropic(request.url.path) else err.body()
         return Response(body, status_code=err.status, media_type="application/json", headers=exc.headers)
 
+    chat = ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout)
+    responses_routes = ResponsesApi(
+        state,
+        store,
+        max_body_bytes=max_body_bytes,
+        request_timeout=request_timeout,
+    ).routes()
+    # llama-server serves OpenAI's routes with and without /v1
+    unprefixed = [
+        Route(r.path.removeprefix("/v1"), r.endpoint, methods=list(r.methods or ()))
+        for r in responses_routes
+        if isinstance(r, Route) and r.path.startswith("/v1/responses")
+    ]
     routes = [
-        Route(
-            "/v1/chat/completions",
-            ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
-            methods=["POST"],
-        ),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/chat/completions", chat, methods=["POST"]),
+        *llama_completion.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+        *llama_routes.routes(state),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *session_routes(state),
-        *ResponsesApi(
-            state,
-            store,
-            max_body_bytes=max_body_bytes,
-            request_timeout=request_timeout,
-        ).routes(),
-        Route("/v1/models", models, methods=["GET"]),
+        *responses_routes,
+        *unprefixed,
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, keyring=keyring)],
+        middleware=[
+            *([Middleware(Cors, origins=state.llama.cors_origins)] if state.llama.cors_origins else []),
+            Middleware(_Counting, state=state),
+            Middleware(_Auth, keyring=keyring),
+        ],
     )
     application.state.turnstile = state
     return application

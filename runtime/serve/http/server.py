@@ -26,6 +26,7 @@ from runtime.api import Runtime
 from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
+from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Keyring
@@ -100,11 +101,12 @@ async def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
     model_name: str | None = None,
+    llama: LlamaOptions | None = None,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
     """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised)."""
-    state = ServeState(model_name=model_name)
+    state = ServeState(model_name=model_name, llama=llama if llama is not None else LlamaOptions())
     application = build(
         state,
         api_key=api_key,

@@ -120,7 +120,10 @@ class ChatEndpoint:
 
     async def _complete(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
-            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+            call.messages,
+            session_id=call.session_id,
+            timeout=self.request_timeout,
+            **{**self.state.llama.sampling, **call.kwargs},
         )
         body = msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
         phase.ending = True
@@ -129,7 +132,12 @@ class ChatEndpoint:
     async def _stream(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         items = cast(
             AsyncGenerator[Piece | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            rt.complete_stream(
+                call.messages,
+                session_id=call.session_id,
+                timeout=self.request_timeout,
+                **{**self.state.llama.sampling, **call.kwargs},
+            ),
         )
 
         async def end(writer: ChunkWriter, reply: Reply) -> bytes:

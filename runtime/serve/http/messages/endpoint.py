@@ -96,7 +96,10 @@ class MessagesEndpoint:
 
     async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
-            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+            call.messages,
+            session_id=call.session_id,
+            timeout=self.request_timeout,
+            **{**self.state.llama.sampling, **call.kwargs},
         )
         body = anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model)
         phase.ending = True
@@ -105,7 +108,12 @@ class MessagesEndpoint:
     async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         items = cast(
             AsyncGenerator[str | ToolCallDelta | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            rt.complete_stream(
+                call.messages,
+                session_id=call.session_id,
+                timeout=self.request_timeout,
+                **{**self.state.llama.sampling, **call.kwargs},
+            ),
         )
 
         async def end(events: MessageEvents, reply: Reply) -> bytes:
