@@ -20,7 +20,7 @@ _results: dict[str, dict[str, str]] = {}
 
 def pytest_configure(config: pytest.Config) -> None:
     try:
-        import utils  # the suite's tests/utils.py: the run's cwd is the suite's tests directory
+        import utils  # type: ignore[import-not-found]  # the suite's tests/utils.py: the run's cwd is the suite's tests directory
     except ImportError:
         return
     utils.ServerPreset.load_all = staticmethod(lambda: None)

@@ -24,10 +24,10 @@ from runtime.reply import Reply
 from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.convert import Call
-from runtime.serve.http.errors import ApiError, to_api_error
-from runtime.serve.http.event_stream import relay
 from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.chat.stream import ChunkWriter
+from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.http.event_stream import relay
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.watch import Phase, run_watched
@@ -144,4 +144,11 @@ class ChatEndpoint:
             return writer.end(reply, include_usage=call.include_usage)
 
         async with contextlib.aclosing(items):
-            await relay(items, send, lambda: ChunkWriter(self.state.next_id(), self.state.model), end, phase=phase)
+            await relay(
+                items,
+                send,
+                lambda: ChunkWriter(self.state.next_id(), self.state.model),
+                end,
+                opening=ChunkWriter.opening,
+                phase=phase,
+            )

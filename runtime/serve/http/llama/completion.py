@@ -31,6 +31,7 @@ from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, 
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import SSE_HEADERS
 from runtime.serve.http.llama.completion_request import CompletionCall, Prompt, parse
+from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.watch import Phase, run_watched
 
@@ -38,7 +39,6 @@ __all__ = ["NATIVE_PATHS", "OAI_PATHS", "SYSTEM_FINGERPRINT", "routes"]
 
 NATIVE_PATHS = ("/completion", "/completions")
 OAI_PATHS = ("/v1/completions",)
-SYSTEM_FINGERPRINT = "b0-turnstile"  # llama-server's is "b" + its build number; clients check the "b"
 
 _decoder = msgspec.json.Decoder()
 

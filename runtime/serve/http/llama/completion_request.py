@@ -5,47 +5,23 @@ and `Runtime.complete_prompt`'s options.
 prompts (several, answered in order). Sampling fields map to turnstile's (`n_predict` or `max_tokens`; -1:
 no limit; `seed` -1: random). `grammar` (GBNF), `json_schema` and `response_format` (`json_object` with or
 without a `schema`, or `json_schema`) constrain the reply. Fields that would change the reply and that
-turnstile does not do are refused with a 400 naming the field, never ignored (`REFUSED`); fields that change
+turnstile does not do are refused with a 400 naming the field, never ignored; fields that change
 nothing in the reply (cache_prompt, id_slot, return_progress, timings_per_token, ...) are accepted.
+(`runtime.serve.http.llama.fields`)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.fields import refuse_unsupported
 
-__all__ = ["REFUSED", "CompletionCall", "parse"]
+__all__ = ["CompletionCall", "parse"]
 
 Prompt = list[str | int]
 
-
-def _nonzero(v: Any) -> bool:
-    return v not in (None, 0, 0.0, False)
-
-
-# field -> (is the value one that changes the reply, what turnstile would need)
-REFUSED: dict[str, Callable[[Any], bool]] = {
-    "n_probs": _nonzero,
-    "logit_bias": lambda v: bool(v),
-    "typical_p": lambda v: v not in (None, 1, 1.0),
-    "mirostat": _nonzero,
-    "dry_multiplier": _nonzero,
-    "xtc_probability": _nonzero,
-    "dynatemp_range": _nonzero,
-    "top_n_sigma": lambda v: v not in (None, -1, -1.0),
-    "samplers": lambda v: v is not None,
-    "n_indent": _nonzero,
-    "logprobs": _nonzero,
-    "suffix": lambda v: v not in (None, ""),
-    "lora": lambda v: bool(v),
-    "multimodal_data": lambda v: bool(v),
-    "n_cmpl": lambda v: v not in (None, 1),
-    "best_of": lambda v: v not in (None, 1),
-    "n": lambda v: v not in (None, 1),
-}
 
 _FLOATS = ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
 _INTS = ("top_k", "repeat_last_n")
@@ -127,11 +103,9 @@ def _constraint(body: dict[str, Any]) -> dict[str, Any]:
 
 def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> CompletionCall:
     """The call for a decoded request body (ApiError 400 for what is refused)."""
-    for name, changes in REFUSED.items():
-        if name in body and changes(body[name]):
-            raise ApiError.bad_request(
-                f"{name!r} is not supported by turnstile (it would change the reply); leave it out", param=name
-            )
+    refuse_unsupported(body)
+    if body.get("suffix") not in (None, ""):
+        raise ApiError.bad_request("'suffix' is not supported by turnstile (use /infill)", param="suffix")
     if "prompt" not in body:
         raise ApiError.bad_request("'prompt' is required", param="prompt")
     opts: dict[str, Any] = {}

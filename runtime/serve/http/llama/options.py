@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LlamaOptions"]
+__all__ = ["SYSTEM_FINGERPRINT", "LlamaOptions"]
+
+# llama-server's system_fingerprint is "b" + its build number (clients check the "b"); turnstile names itself
+SYSTEM_FINGERPRINT = "b0-turnstile"
 
 
 @dataclass(frozen=True)

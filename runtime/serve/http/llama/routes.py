@@ -20,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.llama.completion import SYSTEM_FINGERPRINT
+from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 from runtime.serve.http.state import ServeState
 
 __all__ = ["not_supported", "routes"]
