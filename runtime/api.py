@@ -35,6 +35,7 @@ from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
 from runtime.model_info import ModelInfo, model_info
 from runtime.reasoning import ReasoningOptions
+from runtime.reasoning.formats import thinking_off_prefill
 from runtime.reply import Reply
 from runtime.types import CacheRules, RequestKind, Speculative
 from sessions import DiskStore, MemoryStore, Session
@@ -485,15 +486,27 @@ class Runtime(SessionOps):
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> str:
         """The prompt the model's chat template gives these OpenAI-style messages (and tools: dicts or
-        functions, and template variables), exactly as llama-server's `/apply-template` renders it."""
+        functions, and template variables), exactly as llama-server's `/apply-template` renders it: with the
+        runtime's reasoning mode applied (its template switch; under "off", llama-server's closed block).
+        The given `chat_template_kwargs` win over the mode's switch."""
         from runtime.tools import as_tools
 
         specs = [t.openai() for t in as_tools(tools)] if tools else None
-        kw = dict(chat_template_kwargs) if chat_template_kwargs is not None else None
-        render = self.backend.apply_template
-        return await anyio.to_thread.run_sync(
-            lambda: render(messages, tools=specs, add_generation_prompt=add_generation_prompt, chat_template_kwargs=kw)
-        )
+        given = dict(chat_template_kwargs) if chat_template_kwargs is not None else {}
+        backend, controls = self.backend, self.config.reasoning
+
+        def render() -> str:
+            fmt = backend.reasoning_format()
+            variables = {**controls.template_variables(fmt), **given}
+            text = backend.apply_template(
+                messages,
+                tools=specs,
+                add_generation_prompt=add_generation_prompt,
+                chat_template_kwargs=variables or None,
+            )
+            return thinking_off_prefill(text, fmt) if add_generation_prompt and controls.mode == "off" else text
+
+        return await anyio.to_thread.run_sync(render)
 
     # --- numbers -------------------------------------------------------------------------------------
 

@@ -91,8 +91,12 @@ def run_suite(
     timeout: float = 3600.0,
 ) -> SuiteRun:
     """Run `files` (names like "test_tokenize") of the suite with `system` ("llama-server" or "turnstile")."""
-    copy = work / system / "tests"
+    # the suite names templates as ../../../models/templates/X.jinja from its cwd: keep that layout
+    copy = work / system / "tools" / "server" / "tests"
     shutil.copytree(suite_dir(), copy, ignore=shutil.ignore_patterns("tmp", "__pycache__", ".pytest_cache"))
+    models = work / system / "models"
+    if not models.exists():
+        models.symlink_to(suite_dir().parents[2] / "models", target_is_directory=True)
     (copy / "tmp").mkdir(exist_ok=True)
     results = work / system / "results.json"
     log = work / system / "pytest.log"

@@ -5,6 +5,10 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /completion, /completions, /v1/completions   a raw prompt (runtime.serve.http.llama.completion)
+    GET /props, /slots, /models, /v1/health; POST /chat/completions, /responses   llama-server's routes and
+                                its un-prefixed OpenAI paths (runtime.serve.http.llama.routes); CORS with
+                                `llama.cors_origins` (runtime.serve.http.llama.cors: preflights before the key)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages.endpoint)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
     POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
@@ -35,6 +39,7 @@ from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
 from runtime.serve.http.llama import routes as llama_routes
 from runtime.serve.http.llama.cors import Cors
+from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
 from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
@@ -83,15 +88,17 @@ def app(
     model_name: str | None = None,
     request_timeout: float | None = None,
     responses: ResponseStore | None = None,
+    llama: LlamaOptions | None = None,
 ) -> Starlette:
     """The ASGI app serving `rt` (None: answers 503 until `app.state.turnstile.runtime` is set).
 
     `api_key`: required as a bearer token on every path but /health. `max_body_bytes`: larger request
     bodies get 413. `model_name`: the id /v1/models reports (default: the model file's name).
     `request_timeout`: seconds a chat request may take in all (504 after), None for no limit.
+    `llama`: what llama-server's flags set (sampling defaults, /slots, CORS origins, aliases).
     """
     return build(
-        ServeState(runtime=rt, model_name=model_name),
+        ServeState(runtime=rt, model_name=model_name, llama=llama if llama is not None else LlamaOptions()),
         api_key=api_key,
         keyring=keyring,
         max_body_bytes=max_body_bytes,
