@@ -201,3 +201,34 @@ def test_thinking_off_prefill() -> None:
     r7b = "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"
     assert thinking_off_prefill(r7b, COMMAND_R7B) == r7b + "<|START_THINKING|><|END_THINKING|>"
     assert thinking_off_prefill("plain", None) == "plain"
+
+
+def test_several_hosts_share_one_port() -> None:
+    from runtime.errors import BindError
+    from runtime.serve.http.server import bind, bind_all
+
+    socks = bind_all("127.0.0.1, 127.0.0.2", 0)  # the whole 127/8 is loopback on Linux
+    try:
+        assert [s.getsockname()[0] for s in socks] == ["127.0.0.1", "127.0.0.2"]
+        assert socks[0].getsockname()[1] == socks[1].getsockname()[1] != 0
+    finally:
+        for s in socks:
+            s.close()
+    taken = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(BindError):  # the second address is taken: nothing stays bound
+            bind_all("127.0.0.3,127.0.0.1", taken.getsockname()[1])
+        bind("127.0.0.3", taken.getsockname()[1]).close()
+    finally:
+        taken.close()
+
+
+async def test_metrics_with_llama_server_names_and_switchable() -> None:
+    async with served() as c:
+        await c.post("/completion", json={"prompt": [5, 6]}, headers=AUTH)
+        lines = set((await c.get("/metrics", headers=AUTH)).text.splitlines())
+        assert {"llamacpp:tokens_predicted_total 5", "llamacpp:requests_processing 0"} <= lines
+        assert "turnstile_ready 1" in lines
+    async with served(metrics=False) as c:
+        r = await c.get("/metrics", headers=AUTH)
+        assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"

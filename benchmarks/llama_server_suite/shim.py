@@ -50,7 +50,6 @@ ACCEPTED: dict[str, tuple[bool, str]] = {
     "--jinja": (False, "turnstile always renders the model's Jinja template"),
     "--no-jinja": (False, "llama-server then picks its built-in template from the model's (chatml for SmolLM2)"),
     "--no-cache-idle-slots": (False, "idle-slot caching: one slot here"),
-    "--metrics": (False, "/metrics is always on in turnstile"),
 }
 
 _VALUE_FLAGS_LLAMA = frozenset({"--hf-repo", "-hf", "-hfr", "--hf-file", "-hff", "--model-url", "-mu", "--model", "-m"})
@@ -137,6 +136,8 @@ def turnstile_argv(python: str, argv: Sequence[str]) -> list[str]:
     out = ["--model", str(path)]
     if _value(rest, "--cors-origins") is None:  # llama-server's default: any origin, with credentials
         out += ["--cors-origins", "*"]
+    if "--metrics" not in rest:  # llama-server's default: no /metrics (turnstile's: on)
+        out.append("--no-metrics")
     it = iter(rest)
     for arg in it:
         flag, eq, inline = arg.partition("=")

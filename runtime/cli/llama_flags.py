@@ -19,6 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-predict", type=int, default=None, metavar="N", help="default tokens to generate (-1: no limit)")
     p.add_argument("--slots", dest="slots", action="store_true", default=True, help="serve GET /slots (default)")
     p.add_argument("--no-slots", dest="slots", action="store_false", help="answer GET /slots with 501")
+    p.add_argument("--metrics", dest="metrics", action="store_true", default=True, help="serve GET /metrics (default)")
+    p.add_argument("--no-metrics", dest="metrics", action="store_false", help="answer GET /metrics with 501")
     p.add_argument(
         "--slot-save-path", default=None, metavar="DIR", help="where POST /slots/0?action=save writes (llama-server's)"
     )
@@ -70,6 +72,7 @@ def options(args: argparse.Namespace) -> LlamaOptions:
         tags=_list(args.tags),
         sampling=sampling_defaults(args),
         slots=args.slots,
+        metrics=args.metrics,
         slot_save_path=Path(args.slot_save_path) if args.slot_save_path else None,
         cors_origins=origins,
     )

@@ -26,7 +26,9 @@ API_KEY_ENV = "TURNSTILE_API_KEY"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None, metavar="PATH", help="a GGUF model (default: SmolLM2-135M)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="addresses to bind, comma-separated (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="keep sessions and cached states here")
     p.add_argument("--api-key", default=None, metavar="KEY", help=f"require this bearer token (or set {API_KEY_ENV})")

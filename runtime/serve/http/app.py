@@ -137,6 +137,9 @@ def build(
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     async def prometheus(_request: Request) -> Response:
+        if not state.llama.metrics:
+            e = llama_routes.not_supported("This server does not support metrics endpoint. Start it with `--metrics`")
+            return Response(e.body(), status_code=e.status, media_type="application/json")
         return Response(metrics.render(state, store), media_type=metrics.CONTENT_TYPE)
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -31,7 +31,7 @@ from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Keyring
 
-__all__ = ["bind", "serve"]
+__all__ = ["bind", "bind_all", "serve"]
 
 log = get_logger(__name__)
 
@@ -54,6 +54,21 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise BindError(host, port, e.strerror or str(e)) from None
     return sock
+
+
+def bind_all(hosts: str, port: int) -> list[socket.socket]:
+    """Listening sockets on each of `hosts` (comma-separated, as llama-server's --host), one port for all
+    (port 0: the one the OS gives the first); BindError, with every socket closed, if one cannot bind."""
+    out: list[socket.socket] = []
+    try:
+        for host in [h.strip() for h in hosts.split(",") if h.strip()] or ["127.0.0.1"]:
+            out.append(bind(host, port))
+            port = out[0].getsockname()[1]
+    except BindError:
+        for s in out:
+            s.close()
+        raise
+    return out
 
 
 def url_of(sock: socket.socket) -> str:
@@ -115,8 +130,8 @@ async def serve(
         request_timeout=request_timeout,
         responses=responses,
     )
-    listener = sock if sock is not None else bind(host, port)
-    url = url_of(listener)
+    listeners = [sock] if sock is not None else bind_all(host, port)
+    url = url_of(listeners[0])
     stop = anyio.Event()
 
     def on_exit() -> None:
@@ -131,7 +146,7 @@ async def serve(
 
         async def run_uvicorn() -> None:
             try:
-                await server.serve(sockets=[listener])
+                await server.serve(sockets=listeners)
             finally:
                 stop.set()
 

@@ -26,3 +26,4 @@ class LlamaOptions:
     cors_origins: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # --alias a,b,c: the model's names (its id is the first in sorted order)
     tags: tuple[str, ...] = ()  # --tags
+    metrics: bool = True  # GET /metrics served (--metrics, default) or 501 (--no-metrics, llama-server's default)
