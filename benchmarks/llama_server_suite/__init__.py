@@ -70,6 +70,9 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     ap.add_argument("-k", dest="select", default=None, help="pytest -k expression")
     ap.add_argument("--keep", default=None, metavar="DIR", help="run in DIR and keep the logs (default: a temp dir)")
+    ap.add_argument(
+        "--write-expected", default=None, metavar="PATH", help="write turnstile's passing node ids (CI's expected set)"
+    )
     ap.add_argument("--out", default=None, metavar="DIR", help=f"where to write the JSON (default: {RESULTS_DIR})")
     args = ap.parse_args(argv)
     if "llama-server" in args.systems and not os.environ.get("TURNSTILE_LLAMA_SERVER"):
@@ -87,6 +90,10 @@ def main(argv: list[str]) -> None:
         path = emit(NAME, table, params=params, out=out_path(args.out, NAME))
         detail = {s: {n: [o.outcome, o.reason] for n, o in sorted(r.outcomes.items())} for s, r in runs.items()}
         path.with_name(f"{NAME}.tests.json").write_text(json.dumps(detail, indent=1))
+        if args.write_expected and "turnstile" in runs:
+            ok = sorted(n for n, o in runs["turnstile"].outcomes.items() if o.outcome == "passed")
+            head = f"# turnstile's passing tests of llama.cpp's server suite ({', '.join(args.files)})\n"
+            Path(args.write_expected).write_text(head + "".join(f"{n}\n" for n in ok))
         missing = gaps(runs)
         if missing:
             print(f"\npassed on llama-server, not on turnstile ({len(missing)}):")

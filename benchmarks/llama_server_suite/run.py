@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FILES", "Outcome", "SuiteRun", "run_suite", "suite_dir"]
+__all__ = ["CI_FILES", "FILES", "Outcome", "SuiteRun", "run_suite", "suite_dir"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,20 @@ FILES: tuple[str, ...] = (
     "test_template",
     "test_tokenize",
     "test_tool_call",
+)
+
+
+# what CI runs against turnstile alone (tests/test_llama_server_suite.py): the chat, completion, Anthropic,
+# Responses, tokenize, template, tool-call and security files
+CI_FILES: tuple[str, ...] = (
+    "test_chat_completion",
+    "test_completion",
+    "test_compat_anthropic",
+    "test_compat_oai_responses",
+    "test_tokenize",
+    "test_template",
+    "test_tool_call",
+    "test_security",
 )
 
 
