@@ -15,9 +15,9 @@ from runtime import Runtime
 from runtime.reasoning import Reasoning, by_name
 from runtime.reply import Reply, Timings, Usage
 from runtime.serve.http import app as make_app
+from runtime.serve.http.errors import ApiError
 from runtime.serve.http.messages.convert import MessagesRequest, from_request, message_body
 from runtime.serve.http.messages.stream import MessageEvents
-from runtime.serve.http.errors import ApiError
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 from sessions.model import ToolCall

@@ -34,7 +34,8 @@ from runtime.api import Runtime
 from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
-from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http.chat.endpoint import ChatEndpoint
+from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
 from runtime.serve.http.llama import routes as llama_routes

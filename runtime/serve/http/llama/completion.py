@@ -18,7 +18,6 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
-import anyio.to_thread
 import msgspec
 from starlette.routing import Route
 
@@ -27,7 +26,7 @@ from runtime.loop.stream import Piece
 from runtime.reply import Reply
 from runtime.serve.asgi import Receive, Scope, Send
 from runtime.serve.http.chat.convert import timings
-from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
+from runtime.serve.http.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import SSE_HEADERS
 from runtime.serve.http.llama.completion_request import CompletionCall, Prompt, parse
@@ -70,7 +69,7 @@ class CompletionEndpoint:
                 raise ApiError.bad_request("the request body must be a JSON object with a 'prompt'")
             call = parse(body, self.state.llama.sampling, oai=self.oai)
             rt = self.state.require()
-            prompts = [await anyio.to_thread.run_sync(_tokens, rt, p) for p in call.prompts]
+            prompts = [await _tokens(rt, p) for p in call.prompts]
         except ClientGone:
             return
         except Exception as e:
@@ -204,15 +203,15 @@ class CompletionEndpoint:
         await send({"type": "http.response.body", "body": chunk, "more_body": not last})
 
 
-def _tokens(rt: Runtime, prompt: Prompt) -> tuple[list[int], str]:
+async def _tokens(rt: Runtime, prompt: Prompt) -> tuple[list[int], str]:
     """The prompt's tokens (strings tokenized with BOS before the first, as llama-server) and its text."""
     tokens: list[int] = []
     for i, part in enumerate(prompt):
         if isinstance(part, str):
-            tokens += rt.tokenize(part, add_special=i == 0, parse_special=True)
+            tokens += await rt.tokenize(part, add_special=i == 0, parse_special=True)
         else:
             tokens.append(part)
-    text = b"".join(rt.token_piece(t) for t in tokens).decode("utf-8", "replace")
+    text = b"".join(await rt.token_pieces(tokens)).decode("utf-8", "replace")
     return tokens, text
 
 

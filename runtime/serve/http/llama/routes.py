@@ -98,8 +98,8 @@ def routes(state: ServeState) -> list[Route]:
             rt = state.require()
         except ApiError as e:
             return _error(e)
-        busy = rt.scheduler.stats().running > 0
-        return _json([{"id": 0, "n_ctx": rt.backend.n_ctx, "is_processing": busy, "speculative": False}])
+        busy = rt.stats().scheduler.running > 0
+        return _json([{"id": 0, "n_ctx": rt.n_ctx, "is_processing": busy, "speculative": False}])
 
     async def slot_action(request: Request) -> Response:
         if state.llama.slot_save_path is None:
