@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.oracle]
 N_CTX, THREADS = 2048, 2
 REQUESTS: list[tuple[str, dict[str, Any]]] = [
     ("/completion", {"prompt": "I believe the meaning of life is", "n_predict": 12, "temperature": 0.0}),
-    ("/completion", {"prompt": "Once upon a time", "n_predict": 40, "temperature": 0.0, "stop": ["."]}),
+    ("/completion", {"prompt": "Once upon a time", "n_predict": 24, "temperature": 0.0, "stop": ["."]}),
     ("/completion", {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0.0, "return_tokens": True}),
     (
         "/completion",

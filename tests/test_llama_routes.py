@@ -99,7 +99,13 @@ async def test_completions_openai_shape_and_stream() -> None:
         body = r.json()
         assert body["object"] == "text_completion" and body["system_fingerprint"].startswith("b")
         assert body["choices"][0]["text"] == "\x05\x06echo:" and body["choices"][0]["finish_reason"] == "stop"
-        assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+        usage = {
+            "prompt_tokens": 2,
+            "completion_tokens": 5,
+            "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
+        assert body["usage"] == usage
         r = await c.post("/v1/completions", json={"prompt": [5, 6], "stream": True}, headers=AUTH)
         events = [e.removeprefix("data: ") for e in r.text.split("\n\n") if e]
         assert events[-1] == "[DONE]"

@@ -130,6 +130,7 @@ class CompletionEndpoint:
     def _oai(self, call: CompletionCall, replies: list[tuple[Reply, str]]) -> dict[str, Any]:
         prompt_n = sum(r.usage.prompt_tokens for r, _ in replies)
         gen_n = sum(r.usage.generated_tokens for r, _ in replies)
+        cached = sum(r.usage.cached_tokens for r, _ in replies)
         return {
             "id": self._id(),
             "object": "text_completion",
@@ -145,7 +146,12 @@ class CompletionEndpoint:
                 }
                 for i, (r, text) in enumerate(replies)
             ],
-            "usage": {"prompt_tokens": prompt_n, "completion_tokens": gen_n, "total_tokens": prompt_n + gen_n},
+            "usage": {
+                "completion_tokens": gen_n,
+                "prompt_tokens": prompt_n,
+                "total_tokens": prompt_n + gen_n,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
             "timings": timings(replies[-1][0]),
         }
 
