@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 export CMAKE_ARGS
 
-.PHONY: install test lint demo bench oracle clean
+.PHONY: install test lint demo bench oracle compat clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench: install
 # built under .cache/oracle/, skipped when up to date; prints where the binary is.
 oracle: $(BIN)/python
 	$(BIN)/python .ci/build-oracle
+
+# llama.cpp's own server test suite against llama-server and turnstile (docs/llama-server-compat.md)
+compat: install oracle
+	TURNSTILE_LLAMA_SERVER="$$($(BIN)/python .ci/build-oracle --where)" $(BIN)/python -m benchmarks llama-server-suite
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,7 @@ import msgspec
 from caches.disk.tier import DiskTierStats
 from runtime.backend.protocol import SlotBackend, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
-from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
 from runtime.loop import validate as v
 from runtime.loop.engine_view import EngineView, build_view
@@ -34,9 +34,11 @@ from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner, predicted_cost
+from runtime.model_info import ModelInfo, model_info
+from runtime.reasoning.formats import thinking_off_prefill
 from runtime.reply import Reply, Started
 from runtime.types import RequestKind
-from sessions import DiskStore, MemoryStore
+from sessions import DiskStore, MemoryStore, Session
 from sessions.store import SessionStore
 
 log = get_logger(__name__)
@@ -334,6 +336,50 @@ class Runtime(SessionOps):
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
 
+    async def complete_prompt(self, prompt: Sequence[int], **options: Unpack[TurnOptions]) -> Reply:
+        """A continuation of a raw prompt (token ids, no chat template), stateless, through the same queue,
+        slot and caches as every turn (llama-server's /completion). ContextOverflow, before anything is
+        queued, when the prompt does not fit the context."""
+        opts = self._options(options)
+        job = self._submit_prompt(prompt, opts, None)
+        return await self.scheduler.wait(job, opts.timeout)
+
+    async def complete_prompt_stream(
+        self, prompt: Sequence[int], **options: Unpack[TurnOptions]
+    ) -> AsyncIterator[Piece | Reply]:
+        """`complete_prompt`, streamed: the pieces, then the Reply."""
+        opts, pieces = self._options(options), Pieces()
+        job = self._submit_prompt(prompt, opts, pieces)
+        async for item in follow(self.scheduler, job, pieces, opts.timeout):
+            yield item
+
+    def model_info(self) -> ModelInfo:
+        """What the model is: file, context size, vocabulary, chat template, BOS/EOS text (llama-server's /props)."""
+        return model_info(self.backend)
+
+    def _submit_prompt(self, prompt: Sequence[int], opts: CheckedOptions, pieces: Pieces | None) -> Job[Reply]:
+        if not isinstance(prompt, Sequence) or isinstance(prompt, str | bytes) or not prompt:
+            raise InvalidRequest("prompt must be a non-empty list of token ids")
+        if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            raise InvalidRequest("prompt must be a list of token ids (ints >= 0)")
+        tokens = tuple(prompt)
+        for t in set(tokens):
+            self.backend.token_piece(t)  # an id outside the vocabulary raises InvalidRequest
+        if len(tokens) >= self.backend.n_ctx:
+            raise ContextOverflow(len(tokens), self.backend.n_ctx)
+        sid = f"@stateless:{next(self._anonymous)}"
+        turn = Turn(
+            RequestKind.COMPLETE,
+            None,
+            opts.sampling,
+            pieces,
+            conversation=Session.new(sid),
+            commit=False,
+            constraints=opts.constraints,
+            prompt=tokens,
+        )
+        return self._submit(sid, turn, opts.timeout)
+
     def _options(self, options: TurnOptions) -> CheckedOptions:
         """The turn's options checked (typed errors, before anything is queued)."""
         return check_turn_options(options, self.backend)
@@ -389,15 +435,27 @@ class Runtime(SessionOps):
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> str:
         """The prompt the model's chat template gives these OpenAI-style messages (and tools: dicts or
-        functions, and template variables), exactly as llama-server's `/apply-template` renders it."""
+        functions, and template variables), exactly as llama-server's `/apply-template` renders it: with the
+        runtime's reasoning mode applied (its template switch; under "off", llama-server's closed block).
+        The given `chat_template_kwargs` win over the mode's switch."""
         from runtime.tools import as_tools
 
         specs = [t.openai() for t in as_tools(tools)] if tools else None
-        kw = dict(chat_template_kwargs) if chat_template_kwargs is not None else None
-        render = self.backend.apply_template
-        return await anyio.to_thread.run_sync(
-            lambda: render(messages, tools=specs, add_generation_prompt=add_generation_prompt, chat_template_kwargs=kw)
-        )
+        given = dict(chat_template_kwargs) if chat_template_kwargs is not None else {}
+        backend, controls = self.backend, self.config.reasoning
+
+        def render() -> str:
+            fmt = backend.reasoning_format()
+            variables = {**controls.template_variables(fmt), **given}
+            text = backend.apply_template(
+                messages,
+                tools=specs,
+                add_generation_prompt=add_generation_prompt,
+                chat_template_kwargs=variables or None,
+            )
+            return thinking_off_prefill(text, fmt) if add_generation_prompt and controls.mode == "off" else text
+
+        return await anyio.to_thread.run_sync(render)
 
     async def count_tokens(self, messages: list[dict[str, Any]], **options: Unpack[TurnOptions]) -> int:
         """The token count of the prompt `complete(messages, **options)` would render (tools, reasoning controls

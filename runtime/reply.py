@@ -83,3 +83,4 @@ class Reply(msgspec.Struct, frozen=True):
     steps: tuple[Step, ...] = ()  # `Runtime.run`: the tool calls made on the way, with their results
     reasoning: str = ""  # the reasoning ("thinking") before the answer; "" when none
     stop_sequence: str | None = None  # the stop string that ended the reply (finish "stop"); None: EOS or other
+    tokens: tuple[int, ...] = ()  # `Runtime.complete_prompt`: the generated token ids (empty for other turns)

@@ -103,7 +103,8 @@ async def test_stream_chunks_and_usage(scripted: Scripted) -> None:
         assert events[-2:] == ["data: [DONE]", ""]
         chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
         deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-        assert deltas[0] == {"role": "assistant", "content": "echo:"}
+        assert deltas[0] == {"role": "assistant"}  # role-only first chunk, as OpenAI and llama-server
+        assert deltas[1] == {"content": "echo:"}
         assert "".join(d.get("content", "") for d in deltas) == "echo: hi there"
         assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
         assert chunks[-2]["timings"]["predicted_n"] == 14
@@ -148,8 +149,12 @@ async def test_bad_input_is_400(scripted: Scripted, body: Any, param: str | None
             r = await post(make_app(rt), payload)
             assert r.status_code == 400, r.text
             err = error_of(r)
-            assert err["type"] == "invalid_request_error"
+            # a prompt too long has llama-server's type (and its n_prompt_tokens, n_ctx), OpenAI's code
+            overflow = code == "context_length_exceeded"
+            assert err["type"] == ("exceed_context_size_error" if overflow else "invalid_request_error")
             assert (err["param"], err["code"]) == (param, code), err
+            if overflow:
+                assert (err["n_prompt_tokens"], err["n_ctx"]) == (518, 400)
         assert await rt.list_sessions() == []
 
 
@@ -198,7 +203,8 @@ async def test_models_health_metrics_and_404(scripted: Scripted) -> None:
         async with client(make_app(rt, model_name="tiny")) as c:
             models = (await c.get("/v1/models")).json()
             assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
-            assert models["data"][0]["meta"] == {"n_ctx": 400}
+            assert models["data"][0]["meta"] == {"n_vocab": 0, "n_ctx": 400, "n_ctx_train": 400}  # scripted: no vocab
+            assert models["models"][0]["name"] == "tiny"  # llama-server's list beside OpenAI's
             await c.post("/v1/chat/completions", json={"messages": HI})
             await c.post("/v1/chat/completions", json={"messages": HI, "n": 3})
             text = (await c.get("/metrics")).text

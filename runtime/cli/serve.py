@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
-from runtime.cli import cluster, reasoning
+from runtime.cli import cluster, llama_flags, reasoning
 from runtime.config import RuntimeConfig
 from runtime.types import CACHE_RULES
 
@@ -28,7 +28,9 @@ API_KEY_ENV = "TURNSTILE_API_KEY"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", type=Path, default=None, metavar="PATH", help="a GGUF model (default: SmolLM2-135M)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="addresses to bind, comma-separated (default 127.0.0.1: this machine only)"
+    )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free one)")
     p.add_argument("--data-dir", type=Path, default=None, metavar="DIR", help="keep sessions and cached states here")
     p.add_argument("--api-key", default=None, metavar="KEY", help=f"require this bearer token (or set {API_KEY_ENV})")
@@ -92,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stored responses' size limit (256 MiB; in --data-dir/responses when given)",
     )
     reasoning.add_arguments(p)
+    llama_flags.add_arguments(p)
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -113,6 +116,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
     reasoning.check_arguments(p, args)
+    llama_flags.check_arguments(p, args)
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
@@ -185,6 +189,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         sys.stdout.write(f"turnstile serve: web page at {url}/ (chat, agents room, engine view)\n")
         sys.stdout.flush()
 
+    args.model_name = llama_flags.model_name(args)
     name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)
     await serve(
         _opener(args, options),
@@ -204,6 +209,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
             max_responses=args.responses_max,
             max_bytes=args.responses_max_bytes,
         ),
+        llama=llama_flags.options(args),
         on_ready=ready,
     )
     return 0

@@ -41,6 +41,7 @@ class Finished:
     parsed: Any = None
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""
+    tokens: tuple[int, ...] = ()  # a raw prompt's turn: the generated token ids
 
 
 @dataclass(frozen=True)

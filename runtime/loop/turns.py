@@ -56,6 +56,7 @@ class Turn:
     commit: bool = True  # complete without a session id: answer, store nothing
     constraints: Constraints = field(default_factory=Constraints)
     tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
+    prompt: tuple[int, ...] | None = None  # complete_prompt: the prompt's tokens as given (no template, no split)
 
 
 CHARS_PER_TOKEN = 4  # a rough estimate of English text, for the fair policy's predicted cost
@@ -146,6 +147,8 @@ class TurnRunner:
             if isinstance(pieces, CallStream):  # the pieces add up to the reply, ids included
                 done = dataclasses.replace(done, tool_calls=pieces.finish(done.text, done.tool_calls))
             if not turn.commit:
+                if turn.prompt is not None:
+                    done = dataclasses.replace(done, tokens=tuple(result.tokens))
                 return self._reply(job, result, session.revision, done)
             new = history.append_reply(pending, done.text, tool_calls=done.tool_calls, reasoning=done.reasoning)
             committed: Session | None = await self._store(
@@ -233,6 +236,8 @@ class TurnRunner:
     ) -> tuple[SlotResult, Split]:
         """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
         the result and the reply's text split into reasoning and answer (streamed as split)."""
+        if turn.prompt is not None:
+            return self._run_prompt(job, sampling, turn, pieces)
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
             self.activity.start(job.id)
             messages = pending.chat_messages()
@@ -300,6 +305,32 @@ class TurnRunner:
             emit(splitter.flush())
             return result, join(said) if fmt is not None else Split("", result.text)
 
+    def _run_prompt(
+        self, job: Job[Reply], sampling: Sampling, turn: Turn, pieces: Pieces | CallStream | None
+    ) -> tuple[SlotResult, Split]:
+        """Worker thread: a raw prompt (tokens as given), run on the slot; the text is all answer."""
+        assert turn.prompt is not None
+        with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
+
+            def on_piece(piece: str) -> None:
+                if pieces is not None:
+                    pieces.feed([piece])
+
+            req = SlotRequest(
+                prompt=list(turn.prompt),
+                sampling=sampling,
+                cancel=job.is_cancelled,
+                on_piece=on_piece,
+                request_id=job.id,
+                session_id=job.session_id,
+                grammar=turn.constraints.grammar,
+                speculative=speculation_flag(sampling.speculative),
+            )
+            result = self.backend.run(req)
+            self.last_key[job.session_id] = self.backend.state_key()
+            self.last_session = job.session_id
+            return result, Split("", result.text)
+
     @staticmethod
     def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
         now = time.perf_counter()
@@ -342,4 +373,5 @@ class TurnRunner:
             tool_calls=done.tool_calls if done is not None else (),
             reasoning=done.reasoning if done is not None else "",
             stop_sequence=r.stop_sequence,
+            tokens=done.tokens if done is not None else (),
         )

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["FORMATS", "ReasoningFormat", "by_name", "detect", "with_template"]
+__all__ = ["FORMATS", "ReasoningFormat", "by_name", "detect", "thinking_off_prefill", "with_template"]
 
 
 @dataclass(frozen=True)
@@ -237,3 +237,16 @@ def by_name(name: str) -> ReasoningFormat:
         if fmt.name == name:
             return fmt
     raise KeyError(name)
+
+
+def thinking_off_prefill(prompt: str, fmt: ReasoningFormat | None) -> str:
+    """A generation prompt as llama-server writes it with thinking off (`--reasoning off`): a block the
+    template opened is closed at once (DeepSeek R1, QwQ: `<think>\n</think>`), and Command R7B, whose template
+    has no switch, gets an empty block (`<|START_THINKING|><|END_THINKING|>`); other prompts are unchanged."""
+    if fmt is None:
+        return prompt
+    if fmt.opens_block(prompt):
+        return prompt + fmt.end
+    if fmt.name == COMMAND_R7B.name and not prompt.endswith(fmt.end):
+        return prompt + fmt.start + fmt.end
+    return prompt

@@ -5,6 +5,10 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
+    POST /completion, /completions, /v1/completions   a raw prompt (runtime.serve.http.llama.completion)
+    GET /props, /slots, /models, /v1/health; POST /chat/completions, /responses   llama-server's routes and
+                                its un-prefixed OpenAI paths (runtime.serve.http.llama.routes); CORS with
+                                `llama.cors_origins` (runtime.serve.http.llama.cors: preflights before the key)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages.endpoint)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
     POST /v1/sessions, /v1/sessions/{id}/fork|undo|rename, GET .../export, POST /v1/sessions/import
@@ -24,7 +28,6 @@ is kept in the session store, in the namespace of the request's tenant (runtime.
 
 from __future__ import annotations
 
-import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -38,9 +41,12 @@ from runtime.serve import web
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import engine_events, metrics, rooms, session_history
 from runtime.serve.http.chat.endpoint import ChatEndpoint
-from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
+from runtime.serve.http.llama import completion as llama_completion
+from runtime.serve.http.llama import routes as llama_routes
+from runtime.serve.http.llama.cors import Cors
+from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
 from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
@@ -56,11 +62,20 @@ from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
+PUBLICCOMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
+_PATHS = frozenset({"/health", "/v1/health"})
+COMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
 _PATHS = frozenset(
     {
         "/v1/chat/completions",
+        "/chat/completions",
         "/v1/models",
+        "/models",
+        "/props",
+        "/slots",
+        "/v1/health",
+        *COMPLETION_PATHS,
         "/health",
         "/metrics",
         *TEMPLATE_PATHS,
@@ -84,15 +99,17 @@ def app(
     model_name: str | None = None,
     request_timeout: float | None = None,
     responses: ResponseStore | None = None,
+    llama: LlamaOptions | None = None,
 ) -> Starlette:
     """The ASGI app serving `rt` (None: answers 503 until `app.state.turnstile.runtime` is set).
 
     `api_key`: required as a bearer token on every path but /health. `max_body_bytes`: larger request
     bodies get 413. `model_name`: the id /v1/models reports (default: the model file's name).
     `request_timeout`: seconds a chat request may take in all (504 after), None for no limit.
+    `llama`: what llama-server's flags set (sampling defaults, /slots, CORS origins, aliases).
     """
     return build(
-        ServeState(runtime=rt, model_name=model_name),
+        ServeState(runtime=rt, model_name=model_name, llama=llama if llama is not None else LlamaOptions()),
         api_key=api_key,
         keyring=keyring,
         max_body_bytes=max_body_bytes,
@@ -123,12 +140,6 @@ def build(
         raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
     store = responses if responses is not None else ResponseStore()
 
-    async def models(_request: Request) -> Response:
-        rt = state.runtime
-        meta = {"n_ctx": rt.n_ctx} if rt is not None else None
-        body = ModelList(data=[ModelCard(id=state.model, created=int(state.started), meta=meta)])
-        return Response(msgspec.json.encode(body), media_type="application/json")
-
     async def health(_request: Request) -> Response:
         try:
             state.require()
@@ -137,6 +148,9 @@ def build(
         return Response(b'{"status":"ok"}', media_type="application/json")
 
     async def prometheus(_request: Request) -> Response:
+        if not state.llama.metrics:
+            e = llama_routes.not_supported("This server does not support metrics endpoint. Start it with `--metrics`")
+            return Response(e.body(), status_code=e.status, media_type="application/json")
         return Response(metrics.render(state, store), media_type=metrics.CONTENT_TYPE)
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -146,12 +160,24 @@ def build(
         body = err.anthropic_body() if is_anthropic(request.url.path) else err.body()
         return Response(body, status_code=err.status, media_type="application/json", headers=exc.headers)
 
+    chat = ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout)
+    responses_routes = ResponsesApi(
+        state,
+        store,
+        max_body_bytes=max_body_bytes,
+        request_timeout=request_timeout,
+    ).routes()
+    # llama-server serves OpenAI's routes with and without /v1
+    unprefixed = [
+        Route(r.path.removeprefix("/v1"), r.endpoint, methods=list(r.methods or ()))
+        for r in responses_routes
+        if isinstance(r, Route) and r.path.startswith("/v1/responses")
+    ]
     routes = [
-        Route(
-            "/v1/chat/completions",
-            ChatEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
-            methods=["POST"],
-        ),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/chat/completions", chat, methods=["POST"]),
+        *llama_completion.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
+        *llama_routes.routes(state),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *session_routes(state),
@@ -159,20 +185,19 @@ def build(
         *engine_events.routes(state),
         *rooms.routes(state, max_body_bytes=max_body_bytes),
         *web.routes(),
-        *ResponsesApi(
-            state,
-            store,
-            max_body_bytes=max_body_bytes,
-            request_timeout=request_timeout,
-        ).routes(),
-        Route("/v1/models", models, methods=["GET"]),
+        *responses_routes,
+        *unprefixed,
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, keyring=keyring)],
+        middleware=[
+            *([Middleware(Cors, origins=state.llama.cors_origins)] if state.llama.cors_origins else []),
+            Middleware(_Counting, state=state),
+            Middleware(_Auth, keyring=keyring),
+        ],
     )
     application.state.turnstile = state
     return application

@@ -8,6 +8,7 @@ queue, 503 while loading or closing, 504 a request timeout; anything else is a 5
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -60,12 +61,15 @@ class ApiError(TurnstileError):
     code: str | None = None
     param: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more members of the error object (llama-server's)
 
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"
 
     def body(self) -> bytes:
         err = ErrorBody(message=self.message, type=self.type, code=self.code, param=self.param)
+        if self.extra:
+            return msgspec.json.encode({"error": {**msgspec.to_builtins(err), **self.extra}})
         return msgspec.json.encode(ErrorResponse(error=err))
 
     def anthropic_type(self) -> str:
@@ -97,8 +101,15 @@ def to_api_error(exc: BaseException) -> ApiError:
     if isinstance(exc, BadModelOutput):  # the model's output, not the request, is at fault
         log.warning("serve.bad_model_output", error=type(exc).__name__, message=str(exc))
         return ApiError(500, str(exc), type="server_error", code="invalid_model_output")
-    if isinstance(exc, ContextOverflow):
-        return ApiError.bad_request(str(exc), param="messages", code="context_length_exceeded")
+    if isinstance(exc, ContextOverflow):  # OpenAI's code, llama-server's type and numbers
+        return ApiError(
+            400,
+            str(exc),
+            type="exceed_context_size_error",
+            param="messages",
+            code="context_length_exceeded",
+            extra={"n_prompt_tokens": exc.n_prompt, "n_ctx": exc.n_ctx},
+        )
     if isinstance(exc, InvalidSampling):
         return ApiError.bad_request(str(exc), param=exc.field, code="invalid_value")
     if isinstance(exc, BadInput | ValueError):  # a ValueError from a decoder, a conversion or a check

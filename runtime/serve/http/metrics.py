@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from runtime.serve.http.llama import metrics as llama_metrics
 from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 
@@ -138,6 +139,7 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
     ]
     out.metric("draft_tokens_total", "counter", "tokens drafted by n-gram speculation, and accepted", drafts)
     out.metric("sessions", "gauge", "sessions in the store", [({}, st.sessions)])
+    out.lines += llama_metrics.render(st)  # llama-server's names for the same counters
     return "\n".join(out.lines) + "\n"
 
 

@@ -27,11 +27,12 @@ from runtime.config import RuntimeConfig
 from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
+from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Keyring
 
-__all__ = ["bind", "serve"]
+__all__ = ["bind", "bind_all", "serve"]
 
 log = get_logger(__name__)
 
@@ -54,6 +55,21 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise BindError(host, port, e.strerror or str(e)) from None
     return sock
+
+
+def bind_all(hosts: str, port: int) -> list[socket.socket]:
+    """Listening sockets on each of `hosts` (comma-separated, as llama-server's --host), one port for all
+    (port 0: the one the OS gives the first); BindError, with every socket closed, if one cannot bind."""
+    out: list[socket.socket] = []
+    try:
+        for host in [h.strip() for h in hosts.split(",") if h.strip()] or ["127.0.0.1"]:
+            out.append(bind(host, port))
+            port = out[0].getsockname()[1]
+    except BindError:
+        for s in out:
+            s.close()
+        raise
+    return out
 
 
 def url_of(sock: socket.socket) -> str:
@@ -102,6 +118,7 @@ async def serve(
     request_timeout: float | None = None,
     model_name: str | None = None,
     normalize: bool = True,
+    llama: LlamaOptions | None = None,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
@@ -109,7 +126,9 @@ async def serve(
     config to open the Runtime with, or a function that opens it (`Runtime.open(config=..., session_store=...)`,
     `Runtime.serve(...)` over a backend of your own)."""
     open_runtime = _opener(runtime)
-    state = ServeState(model_name=model_name, normalize=normalize)
+    state = ServeState(
+        model_name=model_name, normalize=normalize, llama=llama if llama is not None else LlamaOptions()
+    )
     application = build(
         state,
         api_key=api_key,
@@ -118,8 +137,8 @@ async def serve(
         request_timeout=request_timeout,
         responses=responses,
     )
-    listener = sock if sock is not None else bind(host, port)
-    url = url_of(listener)
+    listeners = [sock] if sock is not None else bind_all(host, port)
+    url = url_of(listeners[0])
     stop = anyio.Event()
 
     def on_exit() -> None:
@@ -134,7 +153,7 @@ async def serve(
 
         async def run_uvicorn() -> None:
             try:
-                await server.serve(sockets=[listener])
+                await server.serve(sockets=listeners)
             finally:
                 stop.set()
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from runtime.api import Runtime
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.tolerance import UnknownFields
+from runtime.serve.http.llama.options import LlamaOptions
 
 __all__ = ["ServeState"]
 
@@ -22,6 +23,7 @@ class ServeState:
     closing: bool = False
     model_name: str | None = None
     normalize: bool = True  # the named normalizations of volatile prompt spans (runtime.serve.http.normalize)
+    llama: LlamaOptions = field(default_factory=LlamaOptions)  # llama-server's flags (runtime.cli.llama_flags)
     started: float = field(default_factory=time.time)
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (path, status) -> count
     responses_by_key: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key name, status) -> count

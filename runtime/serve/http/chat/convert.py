@@ -28,6 +28,8 @@ from runtime.serve.http.chat.schema import (
     Usage,
 )
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.fields import REFUSED, refuse_unsupported
+from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 from runtime.serve.http.speculation import speculative_option
 from runtime.serve.http.tolerance import not_offered
 
@@ -94,8 +96,11 @@ def _response_format(value: dict[str, Any]) -> str | dict[str, Any] | None:
     kind = value.get("type")
     if kind in (None, "text"):
         return None
-    if kind == "json_object":
-        return "json"
+    if kind == "json_object":  # llama-server's extension: a "schema" beside it constrains to that schema
+        schema = value.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise ApiError.bad_request("response_format.schema must be an object", param="response_format")
+        return schema if schema else "json"
     if kind == "json_schema":
         spec = value.get("json_schema")
         schema = spec.get("schema") if isinstance(spec, dict) else None
@@ -103,6 +108,19 @@ def _response_format(value: dict[str, Any]) -> str | dict[str, Any] | None:
             raise ApiError.bad_request("response_format.json_schema.schema must be an object", param="response_format")
         return schema
     raise ApiError.bad_request(f"response_format type {kind!r} is not supported", param="response_format")
+
+
+def _llama_constraint(req: ChatRequest, extras: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's `grammar` (GBNF) or top-level `json_schema`; one constraint per request."""
+    given = [n for n in ("grammar", "json_schema") if getattr(req, n) not in (None, "", {})]
+    if not given:
+        return {}
+    taken = [*given, *(n for n in ("response_format", "tools") if n in extras)]
+    if len(taken) > 1:
+        raise ApiError.bad_request(f"give one of {', '.join(taken)}, not several", param=taken[1])
+    if req.grammar not in (None, ""):
+        return {"grammar": req.grammar}
+    return {"response_format": req.json_schema}
 
 
 def _reasoning(req: ChatRequest) -> dict[str, Any]:
@@ -144,8 +162,7 @@ def _offered(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def from_request(req: ChatRequest, session_header: str | None) -> Call:
     """The Runtime call for a decoded request; ApiError(400) for what the API refuses itself."""
-    if req.n is not None and req.n != 1:
-        raise ApiError.bad_request("only n=1 is supported", param="n")
+    refuse_unsupported({name: getattr(req, name) for name in REFUSED if hasattr(req, name)})
     if not req.messages:
         raise ApiError.bad_request("messages must be a non-empty list", param="messages")
     kw: dict[str, Any] = {name: getattr(req, name) for name in _SAMPLING if getattr(req, name) is not None}
@@ -171,6 +188,7 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         fmt = _response_format(req.response_format)
         if fmt is not None:
             extras["response_format"] = fmt
+    extras.update(_llama_constraint(req, extras))
     return Call(
         messages=[_message(m, i) for i, m in enumerate(req.messages)],
         kwargs=kw | extras,
@@ -247,4 +265,5 @@ def response(reply: Reply, *, request_id: str, model: str) -> ChatResponse:
         ],
         usage=usage(reply),
         timings=timings(reply),
+        system_fingerprint=SYSTEM_FINGERPRINT,
     )

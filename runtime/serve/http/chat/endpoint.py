@@ -64,7 +64,10 @@ class _ChatWork(Work):
 
     async def _complete(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
-            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+            call.messages,
+            session_id=call.session_id,
+            timeout=self.request_timeout,
+            **{**self.state.llama.sampling, **call.kwargs},
         )
         body = msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
         phase.ending = True
@@ -77,7 +80,7 @@ class _ChatWork(Work):
                 call.messages,
                 session_id=call.session_id,
                 timeout=self.request_timeout,
-                **call.kwargs,
+                **{**self.state.llama.sampling, **call.kwargs},
             ),
         )
 
@@ -85,4 +88,11 @@ class _ChatWork(Work):
             return writer.end(reply, include_usage=call.include_usage)
 
         async with contextlib.aclosing(items):
-            await relay(items, send, lambda: ChunkWriter(self.state.next_id(), self.state.model), end, phase=phase)
+            await relay(
+                items,
+                send,
+                lambda: ChunkWriter(self.state.next_id(), self.state.model),
+                end,
+                opening=ChunkWriter.opening,
+                phase=phase,
+            )

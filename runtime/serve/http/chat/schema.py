@@ -112,6 +112,24 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     reasoning_budget_message: str | None = None
     speculative: str | None = None  # "ngram" | "none" (`runtime.serve.http.speculation`)
     speculative_n_max: int | None = msgspec.field(default=None, name="speculative.n_max")  # llama-server's: 0 off
+    # llama-server's constraints: a GBNF grammar or a JSON schema (at most one, and not with response_format)
+    grammar: str | None = None
+    json_schema: dict[str, Any] | None = None
+    # fields that change the reply and that turnstile does not do: refused (400) unless neutral
+    # (runtime.serve.http.llama.fields); any JSON value decodes so that the refusal names the field
+    logit_bias: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    n_probs: Any = None
+    typical_p: Any = None
+    mirostat: Any = None
+    dry_multiplier: Any = None
+    xtc_probability: Any = None
+    dynatemp_range: Any = None
+    top_n_sigma: Any = None
+    samplers: Any = None
+    n_indent: Any = None
+    lora: Any = None
 
 
 # --- reply -----------------------------------------------------------------------------------------
@@ -198,6 +216,7 @@ class Chunk(msgspec.Struct, kw_only=True):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     usage: Usage | None = None
     timings: dict[str, Any] | None = None
+    system_fingerprint: str | None = None
 
 
 class ModelCard(msgspec.Struct, kw_only=True):

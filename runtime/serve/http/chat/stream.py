@@ -1,6 +1,6 @@
 """Server-sent events for streamed chat completions: `data: {chunk}\\n\\n` events, then `data: [DONE]\\n\\n`.
 
-The first chunk carries the assistant role with the first piece; the last one the finish reason and
+The first chunk carries the assistant role alone (as OpenAI's and llama-server's); the last one the finish reason and
 llama-server's `timings`; with `stream_options.include_usage` one more chunk (no choices) carries the usage.
 Tool calls stream as OpenAI's `delta.tool_calls` as the Runtime's `ToolCallDelta` pieces come: a call's first
 chunk has its id, type and name with arguments "", the next ones arguments text (a reply whose calls came in
@@ -21,6 +21,7 @@ from runtime.reply import ToolCallDelta as CallPiece
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 
 __all__ = ["DONE", "ChunkWriter"]
 
@@ -44,7 +45,21 @@ class ChunkWriter:
 
     def _chunk(self, delta: Delta, finish: str | None = None, timings: dict[str, Any] | None = None) -> bytes:
         choice = ChunkChoice(index=0, delta=delta, finish_reason=finish)
-        return event(Chunk(id=self.id, created=self.created, model=self.model, choices=[choice], timings=timings))
+        return event(
+            Chunk(
+                id=self.id,
+                created=self.created,
+                model=self.model,
+                choices=[choice],
+                timings=timings,
+                system_fingerprint=SYSTEM_FINGERPRINT,
+            )
+        )
+
+    def opening(self) -> bytes:
+        """The first event: the assistant role and nothing else."""
+        self._role_sent = True
+        return self._chunk(Delta(role="assistant"))
 
     def _role(self) -> str | None:
         if self._role_sent:
@@ -90,7 +105,14 @@ class ChunkWriter:
         out += self._chunk(Delta(), convert.finish_reason(reply), timings=convert.timings(reply))
         if include_usage:
             out += event(
-                Chunk(id=self.id, created=self.created, model=self.model, choices=[], usage=convert.usage(reply))
+                Chunk(
+                    id=self.id,
+                    created=self.created,
+                    model=self.model,
+                    choices=[],
+                    usage=convert.usage(reply),
+                    system_fingerprint=SYSTEM_FINGERPRINT,
+                )
             )
         return out + DONE
 

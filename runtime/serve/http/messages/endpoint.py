@@ -70,7 +70,10 @@ class _MessagesWork(Work):
 
     async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         reply = await rt.complete(
-            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+            call.messages,
+            session_id=call.session_id,
+            timeout=self.request_timeout,
+            **{**self.state.llama.sampling, **call.kwargs},
         )
         body = anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model)
         phase.ending = True
@@ -83,7 +86,7 @@ class _MessagesWork(Work):
                 call.messages,
                 session_id=call.session_id,
                 timeout=self.request_timeout,
-                **call.kwargs,
+                **{**self.state.llama.sampling, **call.kwargs},
             ),
         )
 

@@ -239,7 +239,12 @@ class ResponsesApi:
             await self._drop_sessions([plan.session])
 
     def _kwargs(self, plan: _Plan) -> dict[str, Any]:
-        return {"session_id": plan.session, "timeout": self.request_timeout, **plan.turn.kwargs}
+        return {
+            "session_id": plan.session,
+            "timeout": self.request_timeout,
+            **self.state.llama.sampling,
+            **plan.turn.kwargs,
+        }
 
     async def _run(self, rt: Runtime, plan: _Plan) -> Reply:
         return await rt.complete(plan.messages(), **self._kwargs(plan))

@@ -1,0 +1,42 @@
+"""What a Runtime's model is, for llama-server's /props and /v1/models (`Runtime.model_info()`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ModelInfo", "model_info"]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    path: str  # the GGUF file ("" for a backend without one)
+    n_ctx: int
+    n_vocab: int
+    n_ctx_train: int
+    chat_template: str
+    chat_template_tool_use: str | None
+    bos_token: str
+    eos_token: str
+
+
+def model_info(backend: Any) -> ModelInfo:
+    """The info of a backend: a llama.cpp one (its engine and template), or any other (defaults)."""
+    engine = getattr(backend, "engine", None)
+    template = getattr(engine, "template", None)
+    sources = getattr(template, "sources", None)
+    tool_use = sources.for_tools(True) if sources is not None else None
+    default = getattr(template, "source", "") or ""
+    train = engine.meta(f"{engine.meta('general.architecture')}.context_length") if engine is not None else None
+    return ModelInfo(
+        name=str(backend.name),
+        path=str(getattr(engine, "path", "")),
+        n_ctx=int(backend.n_ctx),
+        n_vocab=int(getattr(engine, "n_vocab", 0)),
+        n_ctx_train=int(train) if train and train.isdigit() else int(backend.n_ctx),
+        chat_template=default,
+        chat_template_tool_use=tool_use if tool_use and tool_use != default else None,
+        bos_token=engine.token_text(engine.bos_token) if engine is not None and engine.bos_token != -1 else "",
+        eos_token=engine.token_text(engine.eos_token) if engine is not None and engine.eos_token != -1 else "",
+    )
