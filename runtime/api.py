@@ -351,7 +351,8 @@ class Runtime(SessionOps):
         opts, pieces = self._options(options), Pieces()
         job = self._submit_prompt(prompt, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
-            yield item
+            if not isinstance(item, Started):  # only a stream asked for with progress=True announces its start
+                yield item
 
     def model_info(self) -> ModelInfo:
         """What the model is: file, context size, vocabulary, chat template, BOS/EOS text (llama-server's /props)."""

@@ -126,9 +126,7 @@ async def serve(
     config to open the Runtime with, or a function that opens it (`Runtime.open(config=..., session_store=...)`,
     `Runtime.serve(...)` over a backend of your own)."""
     open_runtime = _opener(runtime)
-    state = ServeState(
-        model_name=model_name, normalize=normalize, llama=llama if llama is not None else LlamaOptions()
-    )
+    state = ServeState(model_name=model_name, normalize=normalize, llama=llama if llama is not None else LlamaOptions())
     application = build(
         state,
         api_key=api_key,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from runtime.api import Runtime
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.tolerance import UnknownFields
 from runtime.serve.http.llama.options import LlamaOptions
+from runtime.serve.http.tolerance import UnknownFields
 
 __all__ = ["ServeState"]
 

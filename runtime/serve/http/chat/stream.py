@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply
+from runtime.reply import Reply, Started
 from runtime.reply import ToolCallDelta as CallPiece
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
@@ -56,8 +56,9 @@ class ChunkWriter:
             )
         )
 
-    def opening(self) -> bytes:
-        """The first event: the assistant role and nothing else."""
+    def opening(self, started: Started | None = None) -> bytes:
+        """The first event: the assistant role and nothing else (whether or not the slot announced the turn
+        first: `started`)."""
         self._role_sent = True
         return self._chunk(Delta(role="assistant"))
 
