@@ -3,7 +3,9 @@
     POST /v1/chat/completions   chat (streamed as server-sent events with "stream": true)
     GET  /v1/models             the one model this server runs
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
-    GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
+    GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes,
+                                each key's usage against its quotas (runtime.serve.http.quotas)
+    GET  /openapi.json          these routes as OpenAPI 3.1, from the request/response types (no API key needed)
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
@@ -19,6 +21,7 @@ is kept in the session store, in the namespace of the request's tenant (runtime.
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -30,32 +33,35 @@ from starlette.routing import Route
 from runtime.api import Runtime
 from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
-from runtime.serve.http import metrics
+from runtime.serve.http import metrics, openapi
 from runtime.serve.http.chat import ChatEndpoint, send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages import routes as messages_routes
+from runtime.serve.http.quotas import Ledger
 from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
 from runtime.serve.http.responses import ResponsesApi
 from runtime.serve.http.responses_store import ResponseStore
-from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.schema import ChatRequest, ModelCard, ModelList
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
-from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
+from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant, tenant_of
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
-PUBLIC_PATHS = frozenset({"/health"})
+PUBLIC_PATHS = frozenset({"/health", "/openapi.json"})
+TURN_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})  # POST: a turn, under quotas
 _PATHS = frozenset(
     {
         "/v1/chat/completions",
         "/v1/models",
         "/health",
         "/metrics",
+        "/openapi.json",
         *TEMPLATE_PATHS,
         *MESSAGES_PATHS,
         *SESSION_PATHS,
@@ -111,6 +117,7 @@ def build(
     elif api_key is not None:
         raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
     store = responses if responses is not None else ResponseStore()
+    state.ledger = Ledger(keyring.prefixes(), keyring.quotas, stored=lambda name: store.key_bytes(name))
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
@@ -124,6 +131,11 @@ def build(
         except ApiError as e:
             return Response(e.body(), status_code=e.status, media_type="application/json")
         return Response(b'{"status":"ok"}', media_type="application/json")
+
+    spec = msgspec.json.encode(openapi.document(ChatRequest))
+
+    async def openapi_json(_request: Request) -> Response:
+        return Response(spec, media_type="application/json")
 
     async def prometheus(_request: Request) -> Response:
         return Response(metrics.render(state, store), media_type=metrics.CONTENT_TYPE)
@@ -153,11 +165,16 @@ def build(
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        middleware=[Middleware(_Counting, state=state), Middleware(_Auth, keyring=keyring)],
+        middleware=[
+            Middleware(_Counting, state=state),
+            Middleware(_Auth, keyring=keyring),
+            Middleware(_Quota, state=state),
+        ],
     )
     application.state.turnstile = state
     return application
@@ -187,6 +204,40 @@ class _Auth:
                 return
             set_tenant(scope, tenant)
         await self.inner(scope, receive, send)
+
+
+class _Quota:
+    """The per-request quotas of the key (requests in flight, requests and tokens per minute) on every turn
+    (POST to a dialect's path): 429 with Retry-After in the dialect's error shape, before the body is read.
+    After any request that may change what the key stores, its sessions and bytes are counted again (keys
+    with those quotas only), so /metrics and the next admission see them."""
+
+    def __init__(self, app: ASGIApp, state: ServeState) -> None:
+        self.inner = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "DELETE") or SCOPE_KEY not in scope:
+            await self.inner(scope, receive, send)
+            return
+        tenant, ledger, rt = tenant_of(scope), self.state.ledger, self.state.runtime
+        turn = scope["method"] == "POST" and scope["path"] in TURN_PATHS
+        if rt is not None:
+            ledger.attach(rt)
+        if turn:
+            try:
+                ledger.enter(tenant.name)
+            except ApiError as err:
+                await send_error(send, err, anthropic=is_anthropic(scope["path"]))
+                return
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            if turn:
+                ledger.leave(tenant.name)
+            if rt is not None and ledger.measures(tenant.name):  # what it stores may have changed
+                with anyio.CancelScope(shield=True):
+                    await ledger.measure(rt, tenant.name)
 
 
 def _token(scope: Scope) -> bytes:

@@ -95,9 +95,13 @@ class ChatEndpoint:
             if not body.strip():
                 raise ApiError.bad_request("the request body is empty (want a JSON chat completion request)")
             call = convert.from_request(_decoder.decode(body), header(scope, b"x-session-id"))
+            tenant = tenant_of(scope)
             if call.session_id is not None:  # the client's id, in its tenant's namespace
-                call.session_id = tenant_of(scope).session_id(call.session_id)
+                call.session_id = tenant.session_id(call.session_id)
             rt = self.state.require()
+            await self.state.ledger.admit_turn(
+                rt, tenant.name, tenant.namespace, call.session_id, call.kwargs, "max_tokens"
+            )
         except ClientGone:
             return
         except Exception as e:  # before anything was queued: an error response

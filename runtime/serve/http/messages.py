@@ -71,9 +71,11 @@ class MessagesEndpoint:
         try:
             req = _messages.decode(await _body(scope, receive, self.max_body_bytes))
             client_id = header(scope, b"x-session-id")
-            session_id = tenant_of(scope).session_id(client_id) if client_id else None
+            tenant = tenant_of(scope)
+            session_id = tenant.session_id(client_id) if client_id else None
             call = anthropic.from_request(req, session_id)
             rt = self.state.require()
+            await self.state.ledger.admit_turn(rt, tenant.name, tenant.namespace, session_id, call.kwargs, "max_tokens")
         except ClientGone:
             return
         except Exception as e:  # before anything was queued: an error response

@@ -201,7 +201,11 @@ class ResponsesApi:
             req = _decoder.decode(body)
             turn = rc.parse(req)
             rt = self.state.require()
-            plan = await self._plan(rt, req, tenant_of(scope), turn)
+            tenant = tenant_of(scope)
+            plan = await self._plan(rt, req, tenant, turn)
+            await self.state.ledger.admit_turn(
+                rt, tenant.name, tenant.namespace, plan.session, plan.turn.kwargs, "max_output_tokens"
+            )
         except ClientGone:
             return
         except Exception as e:  # nothing was queued or stored
