@@ -17,8 +17,8 @@ import msgspec
 import pytest
 
 from runtime.serve.http import app as make_app
+from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.openapi import document
-from runtime.serve.http.schema import ChatRequest
 from runtime.testing.process import ServeProcess
 
 ALICE, BOB = "sk-fuzz-alice-1", "sk-fuzz-bob-2"

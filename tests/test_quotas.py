@@ -22,7 +22,7 @@ from runtime import Runtime
 from runtime.errors import InvalidConfig, InvalidKeyFile
 from runtime.serve.http import app as make_app
 from runtime.serve.http.quotas import Bucket, Quotas, parse_settings
-from runtime.serve.http.responses_store import ResponseStore
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.tenants import Keyring, parse_key_file, parse_key_lines
 from runtime.testing import ScriptedBackend
 from runtime.testing.process import ServeProcess

@@ -15,9 +15,9 @@ from typing import Any
 
 import msgspec
 
-from runtime.serve.http.anthropic import CountRequest, MessagesRequest
-from runtime.serve.http.responses_schema import ResponsesRequest
-from runtime.serve.http.schema import ChatResponse, ErrorResponse, ModelList
+from runtime.serve.http.chat.schema import ChatResponse, ErrorResponse, ModelList
+from runtime.serve.http.messages.convert import CountRequest, MessagesRequest
+from runtime.serve.http.responses.schema import ResponsesRequest
 
 __all__ = ["AnthropicError", "document"]
 
