@@ -26,20 +26,28 @@ CHECKS = "not_a_server_error,status_code_conformance,response_schema_conformance
 
 
 def test_document_is_written_from_the_request_types() -> None:
-    doc = document(ChatRequest)
+    served = {(r.path, m) for r in make_app(None).routes for m in (getattr(r, "methods", None) or ()) if m != "HEAD"}
+    doc = document(ChatRequest, sorted(served))
     schemas = doc["components"]["schemas"]
     assert {"ChatRequest", "MessagesRequest", "CountRequest", "ResponsesRequest", "ErrorResponse"} <= set(schemas)
     assert set(schemas["ChatRequest"]["properties"]) == set(ChatRequest.__struct_encode_fields__)
     ops = {(p, m.upper()) for p, item in doc["paths"].items() for m in item if m != "parameters"}
-    served = {(r.path, m) for r in make_app(None).routes for m in (getattr(r, "methods", None) or ()) if m != "HEAD"}
     assert ops == served  # every route the app serves, and no other
+    described = {
+        (p, m.upper()) for p, item in document(ChatRequest)["paths"].items() for m in item if m != "parameters"
+    }
+    assert len(described) == 17 and described <= served  # the dialects' and turnstile's own, from their types
     post = doc["paths"]["/v1/messages"]["post"]
+    assert post["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/MessagesRequest"
+    }
     assert post["responses"]["400"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/AnthropicError"
     }
-    assert doc["paths"]["/v1/chat/completions"]["post"]["responses"]["429"]["content"]["application/json"][
-        "schema"
-    ] == {"$ref": "#/components/schemas/ErrorResponse"}
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    assert chat["responses"]["429"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorResponse"
+    }
     msgspec.json.encode(doc)  # JSON-able as served
 
 

@@ -11,6 +11,8 @@ an `X-Session-Id` into /v1/sessions/{id}), which a stateful fuzzer (Schemathesis
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -86,8 +88,13 @@ def _path_param(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
 
 
-def document(chat_request: type[msgspec.Struct], title: str = "turnstile") -> dict[str, Any]:
-    """The OpenAPI document (`chat_request`: the chat completions request type the endpoint decodes)."""
+def document(
+    chat_request: type[msgspec.Struct], routes: Iterable[tuple[str, str]] = (), title: str = "turnstile"
+) -> dict[str, Any]:
+    """The OpenAPI document (`chat_request`: the chat completions request type the endpoint decodes).
+
+    `routes`: every (path, method) the app serves; those this module does not describe (the web page's, say)
+    are listed as generic operations (any body, any answer, errors in OpenAI's shape), so none is missing."""
     (chat_schema, *_), components = msgspec.json.schema_components((chat_request, *_TYPES), ref_template=_REF)
     session_links = {
         "GetSession": {
@@ -181,6 +188,20 @@ def document(chat_request: type[msgspec.Struct], title: str = "turnstile") -> di
     }
     for path, op in (("/apply-template", "applyTemplate"), ("/tokenize", "tokenize"), ("/detokenize", "detokenize")):
         paths[path] = {"post": {"operationId": op, "requestBody": _body(_OBJECT), "responses": _answers(_OBJECT)}}
+    for path, method in routes:
+        op = method.lower()
+        if op in paths.get(path, {}):
+            continue
+        params = [_path_param(name) for name in re.findall(r"{(\w+)}", path)]
+        generic: dict[str, Any] = {
+            "operationId": op + re.sub(r"[^A-Za-z0-9]+", "_", path).rstrip("_"),
+            "responses": _answers(_OBJECT) | {"200": {"description": "OK", "content": {"*/*": {}}}},
+        }
+        if params:
+            generic["parameters"] = params
+        if op in ("post", "put", "patch"):
+            generic["requestBody"] = {"required": False, "content": {"application/json": {"schema": _OBJECT}}}
+        paths.setdefault(path, {})[op] = generic
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "version": "1"},
