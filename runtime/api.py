@@ -300,15 +300,22 @@ class Runtime(SessionOps):
                 yield item
 
     async def complete(
-        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        session_id: str | None = None,
+        namespace: str = "",
+        **options: Unpack[TurnOptions],
     ) -> Reply:
         """A reply to an OpenAI-shaped message list, through the same queue, slot and caches as `chat`.
 
         Stateless by default (nothing is stored; each call is queued on its own). With `session_id`, calls
         are queued per session like `chat`, and the session's transcript becomes `messages` + the reply.
+        `namespace`: the key (tenant name) a stateless call is queued and shared under (`runtime.loop.fair`);
+        a session's key is its id's namespace.
         """
         opts = self._options(options)
-        job = self._submit_complete(messages, session_id, opts, None)
+        job = self._submit_complete(messages, session_id, opts, None, namespace)
         return await self.scheduler.wait(job, opts.timeout)
 
     def set_replay(self, on: bool) -> None:
@@ -316,23 +323,38 @@ class Runtime(SessionOps):
         self._turns.replay = (self._turns.replay or Replay()) if on else None
 
     def complete_stream(
-        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        session_id: str | None = None,
+        namespace: str = "",
+        **options: Unpack[TurnOptions],
     ) -> AsyncIterator[Piece | Reply]:
         """`complete`, streamed: the reply's pieces (as `stream`'s), then the Reply."""
-        return self._complete_stream(messages, session_id, False, options)  # type: ignore[return-value]
+        return self._complete_stream(messages, session_id, False, options, namespace)  # type: ignore[return-value]
 
     def complete_stream_started(
-        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        session_id: str | None = None,
+        namespace: str = "",
+        **options: Unpack[TurnOptions],
     ) -> AsyncIterator[Piece | Started | Reply]:
         """`complete_stream` with a `Started` first, as soon as the slot starts the turn (before its prefill):
         what a server needs to answer before a long prefill ends."""
-        return self._complete_stream(messages, session_id, True, options)
+        return self._complete_stream(messages, session_id, True, options, namespace)
 
     async def _complete_stream(
-        self, messages: list[dict[str, Any]], session_id: str | None, progress: bool, options: TurnOptions
+        self,
+        messages: list[dict[str, Any]],
+        session_id: str | None,
+        progress: bool,
+        options: TurnOptions,
+        namespace: str = "",
     ) -> AsyncIterator[Piece | Started | Reply]:
         opts, pieces = self._options(options), Pieces(progress=progress)
-        job = self._submit_complete(messages, session_id, opts, pieces)
+        job = self._submit_complete(messages, session_id, opts, pieces, namespace)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
 
@@ -397,9 +419,13 @@ class Runtime(SessionOps):
         return Turn(RequestKind.CHAT, text, opts.sampling, pieces, constraints=opts.constraints, tool_results=results)
 
     def _submit_complete(
-        self, messages: object, session_id: str | None, opts: CheckedOptions, pieces: Pieces | None
+        self, messages: object, session_id: str | None, opts: CheckedOptions, pieces: Pieces | None, namespace: str
     ) -> Job[Reply]:
-        sid = f"@stateless:{next(self._anonymous)}" if session_id is None else v.check_session_id(session_id)
+        if session_id is None:  # queued under the key's namespace (`runtime.loop.fair.namespace_of`)
+            space = f"{v.check_namespace(namespace)}@" if namespace else ""
+            sid = f"{space}@stateless:{next(self._anonymous)}"
+        else:
+            sid = v.check_session_id(session_id)
         conversation = v.check_conversation(messages, sid)
         turn = Turn(
             RequestKind.COMPLETE,

@@ -40,7 +40,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="several API keys, one a line as 'NAME: KEY' (or a bare KEY, named keyN after its line); "
-        "blank lines and '#' comments are skipped. Each key is a tenant: its sessions are its own",
+        "blank lines and '#' comments are skipped. Each key is a tenant: its sessions are its own. "
+        "After the key, SETTING=N words set its quotas (as --quota) and its fair-share weight=N",
+    )
+    p.add_argument(
+        "--quota",
+        action="append",
+        default=[],
+        metavar="SETTING=N",
+        help="every key's quota (repeatable; a key file line overrides it): sessions, bytes (K/M/G), queued, "
+        "rpm, tpm, max_tokens, weight (docs/tenants.md). Over a quota: 429 with Retry-After",
     )
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
@@ -120,16 +129,19 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
-    if args.api_key_file is not None:
+    if args.api_key_file is not None or args.quota:
         if args.replicas is not None:
-            p.error("--api-key-file does not work with --replicas yet")
-        from runtime.errors import InvalidConfig
+            p.error("--api-key-file and --quota do not work with --replicas yet")
+        from runtime.errors import InvalidKeyFile
+        from runtime.serve.http.quotas import Quotas, parse_settings
         from runtime.serve.http.tenants import Keyring
 
         try:
-            args.keyring = Keyring.from_options(args.api_key or os.environ.get(API_KEY_ENV) or None, args.api_key_file)
-        except InvalidConfig as e:
-            p.error(str(e))
+            defaults = Quotas().with_settings(parse_settings(args.quota))
+            key = args.api_key or os.environ.get(API_KEY_ENV) or None
+            args.keyring = Keyring.from_options(key, args.api_key_file, defaults)
+        except ValueError as e:  # InvalidConfig, InvalidKeyFile
+            p.error(f"--quota: {e}" if not isinstance(e, InvalidKeyFile) else str(e))
     if args.chat_template_file is not None and args.replicas is not None:
         p.error("--chat-template-file does not work with --replicas yet")
     cluster.check_arguments(p, args)

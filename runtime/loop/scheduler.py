@@ -1,12 +1,14 @@
 """The scheduler: one queue, one worker task, one request at a time, per-session order kept.
 
-Requests of one session run in the order they were made, one at a time; among sessions the policy
-chooses (`fifo`, `affinity` or `fair`). A preemptive policy (`fair`) may pause a running prefill at an n_batch
-boundary: the job goes back to the head of its session's queue, keeping its arrival, and runs again later
-from the state it left (`PrefillPaused`). The worker awaits each job's `execute`, which runs slot work in the one
-worker thread; a job is never abandoned: cancelling a caller marks its job cancelled and, if it is
-running, waits (shielded) until the slot has stopped at the next token. When the worker runs out of jobs
-it awaits its `idle` hook once (the Runtime's: the slot's work that could wait until the reply was out).
+Requests of one session run in the order they were made, one at a time. The next request's key (its
+session's namespace, one per API key) is chosen first, by weighted round robin (`runtime.loop.fair`), then
+the policy (`fifo`, `affinity` or `fair`) chooses among that key's sessions. A preemptive policy (`fair`) may
+pause a running prefill at an n_batch boundary: the job goes back to the head of its session's queue,
+keeping its arrival, and runs again later from the state it left (`PrefillPaused`). The worker awaits each
+job's `execute`, which runs slot work in the one worker thread; a job is never abandoned: cancelling a
+caller marks its job cancelled and, if it is running, waits (shielded) until the slot has stopped at the
+next token. When the worker runs out of jobs it awaits its `idle` hook once (the Runtime's: the slot's work
+that could wait until the reply was out).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import msgspec
 from runtime.backend.protocol import PrefillPaused
 from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
 from runtime.log import get_logger
+from runtime.loop.fair import KeyShare, namespace_of
 from runtime.loop.policy import Cost, Policy, Preemptive, Running, make_policy
 from runtime.types import RequestKind
 
@@ -108,12 +111,15 @@ class Scheduler:
         max_queued: int = 1024,
         affinity: Callable[[str], int] = lambda _sid: 0,
         idle: Callable[[], Awaitable[None]] | None = None,
+        weight: Callable[[str], int] = lambda _key: 1,
         prefill_quantum_ms: float | None = None,
     ) -> None:
         assert max_queued >= 1, max_queued
         self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
         self._idle_due = False
         self.policy = make_policy(policy, prefill_quantum_ms)
+        self.keys = KeyShare(weight)  # which key (session namespace) runs next; `weight(key)` its share
+        self.on_done: list[Callable[[Job[Any]], None]] = []  # called on the loop after each job ran
         self._waiting: tuple[Job[Any], ...] = ()  # heads that could run next (read by the slot thread's pause check)
         self.max_queued = max_queued
         self._affinity = affinity
@@ -268,7 +274,9 @@ class Scheduler:
         heads = self._heads()
         if not heads:
             return None
-        job = self.policy.pick(heads, lambda j: self._affinity(j.session_id))
+        key = self.keys.pick((namespace_of(j.session_id), j.arrival) for j in heads)
+        mine = [j for j in heads if namespace_of(j.session_id) == key]
+        job = self.policy.pick(mine, lambda j: self._affinity(j.session_id))
         for j in heads:
             if j is not job and j.arrival < job.arrival:
                 j.skips += 1
@@ -329,10 +337,18 @@ class Scheduler:
                         self._publish()
                     if not paused:
                         job.finish()
+                        self._report(job)
                 if held:
                     await anyio.lowlevel.checkpoint()  # let the caller take it before the next pick
         finally:
             self._stopped.set()
+
+    def _report(self, job: Job[Any]) -> None:
+        for hook in self.on_done:
+            try:
+                hook(job)
+            except Exception as e:  # a listener's failure is logged, never the worker's end
+                log.warning("scheduler.on_done_failed", error=type(e).__name__, message=str(e))
 
     def _resumed(self, job: Job[Any]) -> None:
         assert job.paused_at is not None

@@ -8,6 +8,7 @@ not replaced, so what is stored is exactly what was sent.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +17,24 @@ import msgspec
 from runtime.errors import InvalidRequest, InvalidSession, InvalidSessionId
 from sessions import Sampling, Session, check_session_id, history
 
-__all__ = ["check_count", "check_index", "check_sampling", "check_session_id", "check_text", "check_timeout"]
+__all__ = [
+    "check_count",
+    "check_index",
+    "check_namespace",
+    "check_sampling",
+    "check_session_id",
+    "check_text",
+    "check_timeout",
+]
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def check_namespace(value: object) -> str:
+    """A key (tenant) name as a namespace: 1 to 64 characters of [A-Za-z0-9._-]."""
+    if not isinstance(value, str) or _NAMESPACE.fullmatch(value) is None:
+        raise InvalidRequest(f"namespace must be 1 to 64 characters of [A-Za-z0-9._-], not {value!r}")
+    return value
 
 
 def check_text(value: object, name: str = "message") -> str:

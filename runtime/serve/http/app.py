@@ -3,7 +3,9 @@
     POST /v1/chat/completions   chat (streamed as server-sent events with "stream": true)
     GET  /v1/models             the one model this server runs
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
-    GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
+    GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes,
+                                each key's usage against its quotas (runtime.serve.http.quotas)
+    GET  /openapi.json          these routes as OpenAPI 3.1, from the request/response types (no API key needed)
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /completion, /completions, /v1/completions   a raw prompt (runtime.serve.http.llama.completion)
     GET /props, /slots, /models, /v1/health; POST /chat/completions, /responses   llama-server's routes and
@@ -28,6 +30,8 @@ is kept in the session store, in the namespace of the request's tenant (runtime.
 
 from __future__ import annotations
 
+import anyio
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -39,8 +43,9 @@ from runtime.api import Runtime
 from runtime.errors import InvalidConfig
 from runtime.serve import web
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
-from runtime.serve.http import engine_events, metrics, rooms, session_history
+from runtime.serve.http import engine_events, metrics, openapi, rooms, session_history
 from runtime.serve.http.chat.endpoint import ChatEndpoint
+from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
@@ -49,6 +54,7 @@ from runtime.serve.http.llama.cors import Cors
 from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
+from runtime.serve.http.quotas import Ledger
 from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
 from runtime.serve.http.responses.endpoint import ResponsesApi
 from runtime.serve.http.responses.store import ResponseStore
@@ -57,15 +63,16 @@ from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.template_routes import PATHS as TEMPLATE_PATHS
 from runtime.serve.http.template_routes import routes as template_routes
-from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant
+from runtime.serve.http.tenants import SCOPE_KEY, Keyring, Tenant, set_tenant, tenant_of
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
-PUBLIC_PATHS = frozenset({"/health", "/v1/health"})
-PUBLICCOMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
-_PATHS = frozenset({"/health", "/v1/health"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/openapi.json"})
 COMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
+TURN_PATHS = frozenset(  # POST: a turn, under quotas
+    {"/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses", *COMPLETION_PATHS}
+)
 _PATHS = frozenset(
     {
         "/v1/chat/completions",
@@ -78,6 +85,7 @@ _PATHS = frozenset(
         *COMPLETION_PATHS,
         "/health",
         "/metrics",
+        "/openapi.json",
         *TEMPLATE_PATHS,
         *MESSAGES_PATHS,
         *SESSION_PATHS,
@@ -139,6 +147,7 @@ def build(
     elif api_key is not None:
         raise InvalidConfig("give api_key or keyring, not both (Keyring.from_options joins them)")
     store = responses if responses is not None else ResponseStore()
+    state.ledger = Ledger(keyring.prefixes(), keyring.quotas, stored=lambda name: store.key_bytes(name))
 
     async def health(_request: Request) -> Response:
         try:
@@ -146,6 +155,9 @@ def build(
         except ApiError as e:
             return Response(e.body(), status_code=e.status, media_type="application/json")
         return Response(b'{"status":"ok"}', media_type="application/json")
+
+    async def openapi_json(_request: Request) -> Response:
+        return Response(spec, media_type="application/json")
 
     async def prometheus(_request: Request) -> Response:
         if not state.llama.metrics:
@@ -189,7 +201,10 @@ def build(
         *unprefixed,
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
+    served = [(r.path, m) for r in routes if isinstance(r, Route) for m in (r.methods or ()) if m != "HEAD"]
+    spec = msgspec.json.encode(openapi.document(ChatRequest, served))
     application = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
@@ -197,6 +212,7 @@ def build(
             *([Middleware(Cors, origins=state.llama.cors_origins)] if state.llama.cors_origins else []),
             Middleware(_Counting, state=state),
             Middleware(_Auth, keyring=keyring),
+            Middleware(_Quota, state=state),
         ],
     )
     application.state.turnstile = state
@@ -227,6 +243,40 @@ class _Auth:
                 return
             set_tenant(scope, tenant)
         await self.inner(scope, receive, send)
+
+
+class _Quota:
+    """The per-request quotas of the key (requests in flight, requests and tokens per minute) on every turn
+    (POST to a dialect's path): 429 with Retry-After in the dialect's error shape, before the body is read.
+    After any request that may change what the key stores, its sessions and bytes are counted again (keys
+    with those quotas only), so /metrics and the next admission see them."""
+
+    def __init__(self, app: ASGIApp, state: ServeState) -> None:
+        self.inner = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "DELETE") or SCOPE_KEY not in scope:
+            await self.inner(scope, receive, send)
+            return
+        tenant, ledger, rt = tenant_of(scope), self.state.ledger, self.state.runtime
+        turn = scope["method"] == "POST" and scope["path"] in TURN_PATHS
+        if rt is not None:
+            ledger.attach(rt)
+        if turn:
+            try:
+                ledger.enter(tenant.name)
+            except ApiError as err:
+                await send_error(send, err, anthropic=is_anthropic(scope["path"]))
+                return
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            if turn:
+                ledger.leave(tenant.name)
+            if rt is not None and ledger.measures(tenant.name):  # what it stores may have changed
+                with anyio.CancelScope(shield=True):
+                    await ledger.measure(rt, tenant.name)
 
 
 def _token(scope: Scope) -> bytes:

@@ -61,6 +61,26 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
         "HTTP responses to authenticated requests by API key name (never the key) and status",
         (({"key": k, "status": s}, n) for (k, s), n in sorted(state.responses_by_key.items())),
     )
+    rows = state.ledger.rows()
+    out.metric(
+        "key_usage",
+        "gauge",
+        "each API key's (by name) usage of each quota: sessions and bytes as last counted, requests in flight, "
+        "requests and tokens of the last minute",
+        (({"key": k, "quota": q}, used) for k, q, used, _ in rows if used is not None),
+    )
+    out.metric(
+        "key_limit",
+        "gauge",
+        "each API key's (by name) quotas that are set",
+        (({"key": k, "quota": q}, limit) for k, q, _, limit in rows if limit is not None),
+    )
+    out.metric(
+        "key_rejected_total",
+        "counter",
+        "requests refused (429) by API key name and the quota they were over",
+        (({"key": k, "quota": q}, n) for k, q, n in state.ledger.rejected()),
+    )
     out.metric(
         "client_disconnects_total", "counter", "chat requests whose client left first", [({}, state.disconnects)]
     )

@@ -1,5 +1,5 @@
 """What the HTTP app shares between requests: the Runtime (None while the model loads), whether the
-server is closing, and the HTTP counters that /metrics reports."""
+server is closing, the HTTP counters that /metrics reports and each key's usage against its quotas."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from runtime.api import Runtime
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.llama.options import LlamaOptions
+from runtime.serve.http.quotas import Ledger, Quotas
 from runtime.serve.http.tolerance import UnknownFields
 
 __all__ = ["ServeState"]
@@ -28,6 +29,7 @@ class ServeState:
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (path, status) -> count
     responses_by_key: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key name, status) -> count
     disconnects: int = 0  # chat requests whose client went away before the reply
+    ledger: Ledger = field(default_factory=lambda: Ledger({"default": ""}, lambda _name: Quotas()))  # per key
     unknown_fields: UnknownFields = field(default_factory=UnknownFields)  # ignored top-level request fields
     _ids: int = 0
 

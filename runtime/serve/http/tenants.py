@@ -16,10 +16,11 @@ internal id is the tenant's, `Tenant.client_id(internal_id)` maps back. Invarian
 - A key never appears in a name, a log line or a metric label: only the key's name does.
 
 The key file (`turnstile serve --api-key-file PATH`) has one key a line, `NAME: KEY` or a bare `KEY`
-(named `keyN`, N its line number), optionally followed by whitespace and a `# comment`; blank lines and
+(named `keyN`, N its line number), optionally followed by the key's quotas and weight as `SETTING=N`
+words (`sessions=100 rpm=60 weight=2`, runtime.serve.http.quotas) and a `# comment`; blank lines and
 lines starting with `#` are skipped. A damaged line
-(a bad name, a key with spaces or non-printable characters, a duplicate key or name) is an
-`InvalidKeyFile` naming the line number, never a silent skip.
+(a bad name, a key with spaces or non-printable characters, a duplicate key or name, an unknown or bad
+setting) is an `InvalidKeyFile` naming the line number, never a silent skip.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import InvalidConfig, InvalidKeyFile, InvalidSessionId, TurnstileError
+from runtime.serve.http.quotas import Quotas, parse_settings
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -41,6 +43,7 @@ __all__ = [
     "Tenant",
     "check_tenant_name",
     "parse_key_file",
+    "parse_key_lines",
     "set_tenant",
     "tenant_of",
 ]
@@ -72,6 +75,11 @@ class Tenant:
         check_tenant_name(self.name)
         if self.prefix not in ("", f"{self.name}@"):
             raise InvalidConfig(f"tenant {self.name!r}: prefix must be '' or {self.name + '@'!r}")
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of this tenant's requests in the scheduler (`runtime.loop.fair`): "" with one tenant."""
+        return self.name if self.prefix else ""
 
     def session_id(self, client_id: str) -> str:
         """The internal id for `client_id` in this tenant's namespace (InvalidSessionId, a 400, if the
@@ -107,8 +115,17 @@ def _digest(key: bytes) -> bytes:
 class Keyring:
     """The server's API keys and their tenants. Empty: no key needed, every request is `DEFAULT_TENANT`."""
 
-    def __init__(self, keys: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self,
+        keys: Iterable[tuple[str, str]] = (),
+        *,
+        quotas: Mapping[str, Quotas] | None = None,
+        defaults: Quotas | None = None,
+    ) -> None:
+        """`quotas`: a key name's quotas (and weight); `defaults`: every other key's (no limit, weight 1)."""
         pairs = list(keys)
+        self.defaults = defaults if defaults is not None else Quotas()
+        self._quotas = dict(quotas or {})
         names = [check_tenant_name(name) for name, _ in pairs]
         if len(set(names)) != len(names):
             raise InvalidConfig("two API keys have the same name")
@@ -121,17 +138,34 @@ class Keyring:
         self._entries = [(_digest(key.encode()), Tenant(name, f"{name}@" if shared else "")) for name, key in pairs]
 
     @classmethod
-    def from_options(cls, api_key: str | None = None, key_file: str | Path | None = None) -> Keyring:
-        """The keyring for `--api-key` (named "default") and `--api-key-file` together."""
+    def from_options(
+        cls, api_key: str | None = None, key_file: str | Path | None = None, defaults: Quotas | None = None
+    ) -> Keyring:
+        """The keyring for `--api-key` (named "default") and `--api-key-file` together; `defaults`: the
+        quotas of every key (`--quota`), a key file line's settings override them for its key."""
         keys = [(DEFAULT_NAME, api_key)] if api_key else []
+        base = defaults if defaults is not None else Quotas()
+        quotas: dict[str, Quotas] = {}
         if key_file is not None:
-            for lineno, name, key in parse_key_file(key_file):
+            for lineno, name, key, settings in parse_key_lines(key_file):
+                try:
+                    quotas[name] = base.with_settings(settings)
+                except InvalidConfig as e:
+                    raise InvalidKeyFile(key_file, lineno, str(e)) from None
                 if name == DEFAULT_NAME and api_key:
                     raise InvalidKeyFile(key_file, lineno, f"the name {DEFAULT_NAME!r} is --api-key's")
                 if api_key and hmac.compare_digest(_digest(key.encode()), _digest(api_key.encode())):
                     raise InvalidKeyFile(key_file, lineno, "this key is also given as --api-key")
                 keys.append((name, key))
-        return cls(keys)
+        return cls(keys, quotas=quotas, defaults=base)
+
+    def quotas(self, name: str) -> Quotas:
+        """A key's quotas and weight, by its name."""
+        return self._quotas.get(name, self.defaults)
+
+    def prefixes(self) -> dict[str, str]:
+        """Each key name's session-id prefix."""
+        return {t.name: t.prefix for t in self.tenants}
 
     @property
     def required(self) -> bool:
@@ -156,11 +190,16 @@ class Keyring:
 
 def parse_key_file(path: str | Path) -> list[tuple[int, str, str]]:
     """(line number, name, key) for each key in the file; InvalidKeyFile naming the first damaged line."""
+    return [(lineno, name, key) for lineno, name, key, _ in parse_key_lines(path)]
+
+
+def parse_key_lines(path: str | Path) -> list[tuple[int, str, str, dict[str, int]]]:
+    """(line number, name, key, quota settings) for each key in the file (InvalidKeyFile as parse_key_file)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidKeyFile(path, 0, f"cannot read it: {e}") from e
-    out: list[tuple[int, str, str]] = []
+    out: list[tuple[int, str, str, dict[str, int]]] = []
     names: dict[str, int] = {}
     digests: dict[bytes, int] = {}
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -174,8 +213,13 @@ def parse_key_file(path: str | Path) -> list[tuple[int, str, str]]:
         else:
             name, key = f"key{lineno}", line
         key, *rest = key.split(None, 1) or [""]
-        if rest and not rest[0].startswith("#"):  # a trailing "# comment" is fine, more words are not
+        words = rest[0].split("#", 1)[0].split() if rest else []  # settings, then a trailing "# comment"
+        if words and "=" not in words[0]:
             raise InvalidKeyFile(path, lineno, "the key is not 1 to 4096 printable ASCII characters without spaces")
+        try:
+            settings = parse_settings(words)
+        except (ValueError, InvalidConfig) as e:
+            raise InvalidKeyFile(path, lineno, str(e)) from None
         if _KEY.fullmatch(key) is None:
             raise InvalidKeyFile(path, lineno, "the key is not 1 to 4096 printable ASCII characters without spaces")
         if name in names:
@@ -184,7 +228,7 @@ def parse_key_file(path: str | Path) -> list[tuple[int, str, str]]:
         if digest in digests:
             raise InvalidKeyFile(path, lineno, f"the same key is already on line {digests[digest]}")
         names[name], digests[digest] = lineno, lineno
-        out.append((lineno, name, key))
+        out.append((lineno, name, key, settings))
     if not out:
         raise InvalidKeyFile(path, 0, "it holds no key")
     return out

@@ -44,9 +44,14 @@ class ChatEndpoint(Endpoint):
         req = _decoder.decode(body)
         self.state.unknown_fields.note("chat", body, _KNOWN)
         call = convert.from_request(req, header(scope, b"x-session-id"))
+        tenant = tenant_of(scope)
         if call.session_id is not None:  # the client's id, in its tenant's namespace
-            call.session_id = tenant_of(scope).session_id(call.session_id)
-        return _ChatWork(self.state, self.state.require(), call, self.request_timeout)
+            call.session_id = tenant.session_id(call.session_id)
+        rt = self.state.require()
+        await self.state.ledger.admit_turn(
+            rt, tenant.name, tenant.namespace, call.session_id, call.kwargs, "max_tokens"
+        )
+        return _ChatWork(self.state, rt, call, self.request_timeout)
 
 
 class _ChatWork(Work):

@@ -50,9 +50,12 @@ class MessagesEndpoint(Endpoint):
         req = _messages.decode(body)
         self.state.unknown_fields.note("messages", body, _KNOWN)
         client_id = header(scope, b"x-session-id")
-        session_id = tenant_of(scope).session_id(client_id) if client_id else None
+        tenant = tenant_of(scope)
+        session_id = tenant.session_id(client_id) if client_id else None
         call = anthropic.from_request(req, session_id, normalize=self.state.normalize)
-        return _MessagesWork(self.state, self.state.require(), call, self.request_timeout)
+        rt = self.state.require()
+        await self.state.ledger.admit_turn(rt, tenant.name, tenant.namespace, session_id, call.kwargs, "max_tokens")
+        return _MessagesWork(self.state, rt, call, self.request_timeout)
 
 
 class _MessagesWork(Work):

@@ -199,7 +199,17 @@ class ResponsesApi:
         self.state.unknown_fields.note("responses", body, _KNOWN)
         turn = rc.parse(req)
         rt = self.state.require()
-        return _Create(self, rt, await self._plan(rt, req, tenant_of(scope), turn))
+        tenant = tenant_of(scope)
+        plan = await self._plan(rt, req, tenant, turn)
+        try:
+            await self.state.ledger.admit_turn(
+                rt, tenant.name, tenant.namespace, plan.session, plan.turn.kwargs, "max_output_tokens"
+            )
+        except BaseException:  # over a quota: the claim or the new session goes, nothing was queued
+            with anyio.CancelScope(shield=True):
+                await self._abandon(plan)
+            raise
+        return _Create(self, rt, plan)
 
     async def _plan(self, rt: Runtime, req: ResponsesRequest, tenant: Tenant, turn: rc.Turn) -> _Plan:
         prev: Record | None = None

@@ -145,6 +145,10 @@ class ResponseStore:
             by_key=self._by_key(),
         )
 
+    def key_bytes(self, tenant: str) -> int:
+        """The bytes of one tenant's (key name's) records (a gauge, read without the lock)."""
+        return self._bytes_by_key.get(tenant, 0)
+
     def _by_key(self) -> dict[str, KeyStats]:
         held, size, gone = dict(self._held_by_key), dict(self._bytes_by_key), dict(self._evictions_by_key)
         return {

@@ -1,0 +1,423 @@
+"""`python -m benchmarks soak`: many clients for minutes on one `turnstile serve`, dialects mixed, some of them
+misbehaving; then checks that nothing leaked, nothing acknowledged was lost, and the server stayed flat.
+
+`--clients` clients (each on one of `--keys` API keys) run for `--minutes`, each in a loop over its own
+conversation: chat completions with an `X-Session-Id` session, chat completions resending the history
+(stateless), Responses chains (`previous_response_id`) and Messages with a session, streamed every other
+turn, with a tool offered on every third chat-session turn (a call is kept as text in the history). Between turns a
+client sometimes misbehaves on a throwaway request: it leaves a stream after the first event, cancels a
+request, times out, or sends a malformed body (a 400). Replies are greedy.
+
+At the end every conversation is checked: a session holds exactly the turns its client was answered (none
+lost, none extra), a chain's last response is still there, and each client's conversation replayed alone
+(sequentially, on the same server, new ids) gives the same replies (no cross-talk). Reported: requests
+per second, latency p50/p99 and time to first token (streamed turns), answers by status, the server's
+RSS and open file descriptors at the start (after warm-up), middle and end, the data directory's bytes
+against the disk limit, and the load average.
+
+    python -m benchmarks soak [--minutes 10] [--clients 64] [--keys 4] [--model PATH | --scripted]
+                              [--max-tokens 12] [--disk-limit MIB] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2 as httpx
+
+from benchmarks import _cli, _rows
+from runtime.testing import workloads
+from runtime.testing.process import ServeProcess
+
+COLUMNS = ["what", "value"]
+KINDS = ("chat-session", "chat-stateless", "responses", "messages")
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up in the ship's dictionary.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+    },
+}
+
+
+@dataclass
+class Client:
+    """One client's conversation: what it sent and what it was answered (the acknowledged turns)."""
+
+    index: int
+    kind: str
+    key: str
+    system: str
+    history: list[dict[str, Any]] = field(default_factory=list)  # OpenAI-shaped, acknowledged turns only
+    replies: list[str] = field(default_factory=list)
+    turns: int = 0
+    last_response: str | None = None
+
+    @property
+    def session(self) -> str:
+        return f"soak-{self.index}"
+
+    def headers(self, session: str | None = None) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {self.key}"}
+        return h | ({"X-Session-Id": session} if session else {})
+
+
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+
+
+class Soak:
+    def __init__(self, url: str, max_tokens: int, seed: int) -> None:
+        self.url = url
+        self.max_tokens = max_tokens
+        self.tally = Tally()
+        self.rng = random.Random(seed)
+
+    # --- one turn of each kind (returns the reply text, or None when it was not acknowledged) ----------
+
+    async def turn(self, c: httpx.AsyncClient, cl: Client, user: str, stream: bool, tools: bool) -> str | None:
+        t0 = time.perf_counter()
+        first: list[float] = []
+        try:
+            if cl.kind == "responses":
+                text = await self._responses(c, cl, user, stream, tools, first)
+            elif cl.kind == "messages":
+                text = await self._messages(c, cl, user, stream, first)
+            else:
+                text = await self._chat(c, cl, user, stream, tools, first)
+        except httpx.HTTPStatusError as e:
+            self.tally.statuses[str(e.response.status_code)] += 1
+            return None
+        except httpx.HTTPError as e:
+            self.tally.statuses[type(e).__name__] += 1
+            return None
+        self.tally.statuses["200"] += 1
+        self.tally.latencies.append(time.perf_counter() - t0)
+        if first:
+            self.tally.ttft.append(first[0] - t0)
+        return text
+
+    def _chat_body(self, cl: Client, user: str, stream: bool, tools: bool) -> dict[str, Any]:
+        msgs = [{"role": "system", "content": cl.system}, *cl.history, {"role": "user", "content": user}]
+        body: dict[str, Any] = {"messages": msgs, "max_tokens": self.max_tokens, "temperature": 0, "stream": stream}
+        return body | ({"tools": [TOOL]} if tools else {})
+
+    async def _chat(
+        self, c: httpx.AsyncClient, cl: Client, user: str, stream: bool, tools: bool, first: list[float]
+    ) -> str:
+        body = self._chat_body(cl, user, stream, tools)
+        headers = cl.headers(cl.session if cl.kind == "chat-session" else None)
+        if not stream:
+            r = await c.post("/v1/chat/completions", json=body, headers=headers)
+            r.raise_for_status()
+            msg = r.json()["choices"][0]["message"]
+            return _chat_text(msg)
+        parts: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+            if r.status_code != 200:
+                await r.aread()
+                r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    delta = choice.get("delta", {})
+                    if (delta.get("content") or delta.get("tool_calls")) and not first:
+                        first.append(time.perf_counter())
+                    parts.append(delta.get("content") or "")
+                    for tc in delta.get("tool_calls") or []:
+                        call = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+                        fn = tc.get("function", {})
+                        call["name"] += fn.get("name") or ""
+                        call["arguments"] += fn.get("arguments") or ""
+        text = "".join(parts)
+        return text + "".join(f"<call {v['name']} {v['arguments']}>" for _, v in sorted(calls.items()))
+
+    async def _responses(
+        self, c: httpx.AsyncClient, cl: Client, user: str, stream: bool, tools: bool, first: list[float]
+    ) -> str:
+        body: dict[str, Any] = {"input": user, "max_output_tokens": self.max_tokens, "temperature": 0}
+        body |= {"previous_response_id": cl.last_response} if cl.last_response else {"instructions": cl.system}
+        if not stream:
+            r = await c.post("/v1/responses", json=body, headers=cl.headers())
+            r.raise_for_status()
+            out = r.json()
+            cl.last_response = out["id"]
+            return _responses_text(out)
+        final: dict[str, Any] = {}
+        async with c.stream("POST", "/v1/responses", json=body | {"stream": True}, headers=cl.headers()) as r:
+            if r.status_code != 200:
+                await r.aread()
+                r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("type") == "response.output_text.delta" and not first:
+                    first.append(time.perf_counter())
+                if event.get("type") in ("response.completed", "response.incomplete"):
+                    final = event["response"]
+        if not final:
+            raise httpx.RemoteProtocolError("the stream ended without a completed response")
+        cl.last_response = final["id"]
+        return _responses_text(final)
+
+    async def _messages(self, c: httpx.AsyncClient, cl: Client, user: str, stream: bool, first: list[float]) -> str:
+        msgs = [*cl.history, {"role": "user", "content": user}]
+        body = {"system": cl.system, "messages": msgs, "max_tokens": self.max_tokens, "temperature": 0}
+        headers = cl.headers(cl.session)
+        if not stream:
+            r = await c.post("/v1/messages", json=body, headers=headers)
+            r.raise_for_status()
+            return "".join(b.get("text", "") for b in r.json()["content"] if b["type"] == "text")
+        parts: list[str] = []
+        async with c.stream("POST", "/v1/messages", json=body | {"stream": True}, headers=headers) as r:
+            if r.status_code != 200:
+                await r.aread()
+                r.raise_for_status()
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
+                    if not first:
+                        first.append(time.perf_counter())
+                    parts.append(event["delta"]["text"])
+        return "".join(parts)
+
+    # --- misbehaviour, on throwaway requests ----------------------------------------------------------
+
+    async def fault(self, c: httpx.AsyncClient, cl: Client) -> None:
+        kind = self.rng.choice(["disconnect", "cancel", "timeout", "malformed"])
+        self.tally.faults[kind] += 1
+        body = self._chat_body(cl, "Say something long about the sea.", kind == "disconnect", False)
+        body["max_tokens"] = 4 * self.max_tokens
+        headers = cl.headers(f"fault-{cl.index}-{self.tally.faults[kind]}")
+        try:
+            if kind == "disconnect":
+                async with c.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+                    async for _ in r.aiter_lines():
+                        break  # leave after the first event
+            elif kind == "cancel":
+                with anyio.move_on_after(self.rng.uniform(0.01, 0.3)):
+                    await c.post("/v1/chat/completions", json=body, headers=headers)
+            elif kind == "timeout":
+                await c.post("/v1/chat/completions", json=body, headers=headers, timeout=0.05)
+            else:
+                r = await c.post("/v1/chat/completions", content=b'{"messages": [', headers=headers)
+                self.tally.statuses[f"malformed->{r.status_code}"] += 1
+        except httpx.HTTPError:
+            pass
+
+    # --- a client's life --------------------------------------------------------------------------------
+
+    async def run_client(self, c: httpx.AsyncClient, cl: Client, deadline: float, fault_rate: float) -> None:
+        while time.monotonic() < deadline:
+            if self.rng.random() < fault_rate:
+                await self.fault(c, cl)
+                continue
+            user = workloads.user_message(cl.index, cl.turns)
+            tools = cl.kind == "chat-session" and cl.turns % 3 == 2
+            text = await self.turn(c, cl, user, stream=cl.turns % 2 == 1, tools=tools)
+            if text is None:
+                await anyio.sleep(0.2)  # a 429 or a refused request: back off a little
+                continue
+            cl.history += [{"role": "user", "content": user}, {"role": "assistant", "content": text}]
+            cl.replies.append(text)
+            cl.turns += 1
+
+
+def _chat_text(msg: dict[str, Any]) -> str:
+    calls = msg.get("tool_calls") or []
+    return (msg.get("content") or "") + "".join(
+        f"<call {tc['function']['name']} {tc['function']['arguments']}>" for tc in calls
+    )
+
+
+def _responses_text(out: dict[str, Any]) -> str:
+    return "".join(
+        part.get("text", "")
+        for item in out.get("output", [])
+        if item.get("type") == "message"
+        for part in item.get("content", [])
+    )
+
+
+def _sample(pid: int, data_dir: Path) -> dict[str, int]:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    disk = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
+    return {"rss_kib": rss, "fds": fds, "disk_bytes": disk}
+
+
+async def _check_sessions(c: httpx.AsyncClient, clients: list[Client]) -> tuple[int, int]:
+    """(lost or changed acknowledged turns, conversations checked) from the server's sessions and responses."""
+    bad = checked = 0
+    for cl in clients:
+        if cl.kind in ("chat-session", "messages"):
+            r = await c.get(f"/v1/sessions/{cl.session}", headers=cl.headers())
+            held = r.json().get("messages", []) if r.status_code == 200 else []
+            got = [(m["role"], m.get("content") or "") for m in held if m["role"] in ("user", "assistant")]
+            want = [(m["role"], m["content"]) for m in cl.history]
+            if cl.kind == "chat-session":  # tool calls are rendered into the text by the client; compare users
+                got, want = [g for g in got if g[0] == "user"], [w for w in want if w[0] == "user"]
+            if cl.turns and got != want:
+                bad += 1
+            checked += 1
+        elif cl.kind == "responses" and cl.last_response is not None:
+            r = await c.get(f"/v1/responses/{cl.last_response}", headers=cl.headers())
+            bad += r.status_code != 200
+            checked += 1
+    return bad, checked
+
+
+async def _replay(soak: Soak, c: httpx.AsyncClient, clients: list[Client]) -> int:
+    """Conversations whose replay alone gives other replies (cross-talk)."""
+    differ = 0
+    for cl in clients:
+        if not cl.turns:
+            continue
+        alone = Client(cl.index + 100_000, cl.kind, cl.key, cl.system)
+        alone_turns: list[str] = []
+        for t, want in enumerate(cl.replies):
+            user = workloads.user_message(cl.index, t)
+            tools = cl.kind == "chat-session" and t % 3 == 2
+            text = await soak.turn(c, alone, user, stream=t % 2 == 1, tools=tools)
+            if text is None:
+                break
+            alone.history += [{"role": "user", "content": user}, {"role": "assistant", "content": want}]
+            alone_turns.append(text)
+        if alone_turns != cl.replies:
+            differ += 1
+    return differ
+
+
+async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -> list[dict[str, Any]]:
+    soak = Soak(url, args.max_tokens, args.seed)
+    clients = [
+        Client(i, KINDS[i % len(KINDS)], keys[i % len(keys)], workloads.persona(i)[0]) for i in range(args.clients)
+    ]
+    limits = httpx.Limits(max_connections=args.clients * 2, max_keepalive_connections=args.clients * 2)
+    samples: dict[str, dict[str, int]] = {}
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
+        warm = Client(10**6, "chat-stateless", keys[0], "warm up")
+        for _ in range(2):
+            await soak.turn(c, warm, "Hello.", stream=False, tools=False)
+        soak.tally = Tally()
+        samples["start"] = _sample(pid, data_dir)
+        t0 = time.monotonic()
+        deadline = t0 + 60 * args.minutes
+        async with anyio.create_task_group() as tg:
+            for cl in clients:
+                tg.start_soon(soak.run_client, c, cl, deadline, args.fault_rate)
+            await anyio.sleep(30 * args.minutes)
+            samples["middle"] = _sample(pid, data_dir)
+        wall = time.monotonic() - t0
+        samples["end"] = _sample(pid, data_dir)
+        tally, soak.tally = soak.tally, Tally()  # the replay's requests are not the load's
+        lost, checked = await _check_sessions(c, clients)
+        _cli.progress(f"replaying {sum(1 for cl in clients if cl.turns)} conversations alone")
+        crosstalk = await _replay(soak, c, clients)
+    lat, ttft = sorted(tally.latencies), sorted(tally.ttft)
+    turns = sum(cl.turns for cl in clients)
+    rows: list[dict[str, Any]] = [
+        {"what": "acknowledged turns", "value": turns},
+        {"what": "requests/s (acknowledged)", "value": round(len(lat) / wall, 2)},
+        {"what": "latency p50 / p99 s", "value": f"{_p(lat, 50)} / {_p(lat, 99)}"},
+        {"what": "TTFT p50 / p99 s (streamed)", "value": f"{_p(ttft, 50)} / {_p(ttft, 99)}"},
+        {"what": "answers by status", "value": dict(sorted(tally.statuses.items()))},
+        {"what": "faults injected", "value": dict(sorted(tally.faults.items()))},
+        {"what": "5xx", "value": sum(n for s, n in tally.statuses.items() if s[:1] == "5")},
+    ]
+    for name in ("start", "middle", "end"):
+        s = samples[name]
+        rows.append({"what": f"{name}: RSS MiB / fds / disk MiB", "value": _sample_text(s)})
+    mid, end = samples["middle"], samples["end"]
+    rows += [
+        {"what": "RSS end vs middle", "value": f"{100 * (end['rss_kib'] - mid['rss_kib']) / mid['rss_kib']:+.1f} %"},
+        {"what": "disk limit MiB", "value": args.disk_limit},
+        {"what": "conversations checked / lost or changed", "value": f"{checked} / {lost}"},
+        {"what": "cross-talk (replay alone differs)", "value": crosstalk},
+        {"what": "load average (1, 5, 15 min)", "value": " ".join(f"{x:.2f}" for x in os.getloadavg())},
+    ]
+    return rows
+
+
+def _sample_text(s: dict[str, int]) -> str:
+    return f"{s['rss_kib'] / 1024:.1f} / {s['fds']} / {s['disk_bytes'] / (1 << 20):.1f}"
+
+
+def _p(values: list[float], q: float) -> str:
+    return f"{_rows.percentile(values, q):.3f}" if values else "-"
+
+
+def main(argv: list[str]) -> None:
+    ap = _cli.parser("soak", __doc__)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--keys", type=int, default=4, help="API keys the clients share (client i uses key i mod K)")
+    ap.add_argument("--max-tokens", type=int, default=12)
+    ap.add_argument("--fault-rate", type=float, default=0.1, help="share of a client's steps that misbehave")
+    ap.add_argument("--disk-limit", type=int, default=64, metavar="MIB")
+    ap.add_argument("--cache-ram", type=int, default=32, metavar="MIB")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--scripted", action="store_true", help="no model (the server's scripted backend)")
+    ap.add_argument("--out", default=None, metavar="DIR", help="where to write soak.json")
+    args = ap.parse_args(argv)
+    keys = [f"sk-soak-{k}-{os.getpid()}" for k in range(args.keys)]
+    with _cli.temp_dir("turnstile-soak-") as tmp:
+        data_dir = Path(tmp) / "data"
+        key_file = Path(tmp) / "keys"
+        key_file.write_text("".join(f"k{i}: {key}\n" for i, key in enumerate(keys)))
+        model = ["--scripted"] if args.scripted else (["--model", args.model] if args.model else [])
+        server = [
+            *model,
+            "--data-dir",
+            data_dir,
+            "--api-key-file",
+            key_file,
+            "--threads",
+            str(args.threads),
+            "--ctx",
+            "4096",
+            "--disk-limit",
+            str(args.disk_limit),
+            "--cache-ram",
+            str(args.cache_ram),
+            "--policy",
+            "affinity",
+        ]
+        with ServeProcess(*server) as srv:
+            _cli.progress(f"{args.clients} clients for {args.minutes} min on {srv.url}")
+            rows = anyio.run(_run, args, srv.url, srv.pid, data_dir, keys)
+    _cli.write(
+        "soak",
+        rows,
+        params={
+            "minutes": args.minutes,
+            "clients": args.clients,
+            "keys": args.keys,
+            "max_tokens": args.max_tokens,
+            "fault_rate": args.fault_rate,
+            "backend": "scripted" if args.scripted else (args.model or "SmolLM2-135M-Instruct"),
+        },
+        out=args.out,
+        columns=COLUMNS,
+    )

@@ -1,0 +1,217 @@
+"""GET /openapi.json: the server's routes as an OpenAPI 3.1 document, written from the msgspec Structs the
+endpoints decode and encode (`msgspec.json.schema_components`), so the document cannot drift from them.
+
+Request bodies are the decoders' own types (ChatRequest, MessagesRequest, CountRequest, ResponsesRequest);
+answers are the Structs the server encodes where it has one (ChatResponse, ModelList), else an object.
+Every error answer is the dialect's error shape: OpenAI's `{"error": {...}}` everywhere but /v1/messages,
+whose errors are Anthropic's `{"type": "error", "error": {"type", "message"}}`. Links say how one
+answer feeds the next request (a response's id into GET /v1/responses/{id} and `previous_response_id`;
+an `X-Session-Id` into /v1/sessions/{id}), which a stateful fuzzer (Schemathesis) follows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from runtime.serve.http.chat.schema import ChatResponse, ErrorResponse, ModelList
+from runtime.serve.http.messages.convert import CountRequest, MessagesRequest
+from runtime.serve.http.responses.schema import ResponsesRequest
+
+__all__ = ["AnthropicError", "document"]
+
+
+class AnthropicErrorBody(msgspec.Struct, kw_only=True):
+    type: str
+    message: str
+
+
+class AnthropicError(msgspec.Struct, kw_only=True):
+    """Anthropic's error shape: `{"type": "error", "error": {"type", "message"}}`."""
+
+    type: str
+    error: AnthropicErrorBody
+
+
+_TYPES: tuple[type[msgspec.Struct], ...] = (
+    MessagesRequest,
+    CountRequest,
+    ResponsesRequest,
+    ChatResponse,
+    ModelList,
+    ErrorResponse,
+    AnthropicError,
+)
+_REF = "#/components/schemas/{name}"
+
+
+def _ref(t: type) -> dict[str, str]:
+    return {"$ref": _REF.format(name=t.__name__)}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _answers(ok: dict[str, Any], *, anthropic: bool = False, stream: bool = False) -> dict[str, Any]:
+    error = {
+        "description": "an error in the dialect's shape",
+        "content": _json(_ref(AnthropicError if anthropic else ErrorResponse)),
+    }
+    content = _json(ok)
+    if stream:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    out: dict[str, Any] = {"200": {"description": "OK", "content": content}}
+    for status in ("400", "401", "404", "409", "413", "429", "503", "504"):
+        out[status] = error
+    return out
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": _json(schema)}
+
+
+_SESSION_HEADER = {
+    "name": "X-Session-Id",
+    "in": "header",
+    "required": False,
+    "description": "names a session of the key: its requests run in order and its transcript is kept",
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:@-]{1,100}$"},
+}
+_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _path_param(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def document(
+    chat_request: type[msgspec.Struct], routes: Iterable[tuple[str, str]] = (), title: str = "turnstile"
+) -> dict[str, Any]:
+    """The OpenAPI document (`chat_request`: the chat completions request type the endpoint decodes).
+
+    `routes`: every (path, method) the app serves; those this module does not describe (the web page's, say)
+    are listed as generic operations (any body, any answer, errors in OpenAI's shape), so none is missing."""
+    (chat_schema, *_), components = msgspec.json.schema_components((chat_request, *_TYPES), ref_template=_REF)
+    session_links = {
+        "GetSession": {
+            "operationId": "getSession",
+            "parameters": {"session_id": "$request.header.X-Session-Id"},
+        },
+        "DeleteSession": {
+            "operationId": "deleteSession",
+            "parameters": {"session_id": "$request.header.X-Session-Id"},
+        },
+    }
+    created = _answers({"$ref": _REF.format(name="ResponseObject")}, stream=True)
+    created["200"]["links"] = {
+        "GetResponse": {"operationId": "getResponse", "parameters": {"response_id": "$response.body#/id"}},
+        "GetInputItems": {"operationId": "getInputItems", "parameters": {"response_id": "$response.body#/id"}},
+        "DeleteResponse": {"operationId": "deleteResponse", "parameters": {"response_id": "$response.body#/id"}},
+        "ContinueResponse": {
+            "operationId": "createResponse",
+            "requestBody": {"input": "next", "previous_response_id": "$response.body#/id"},
+        },
+    }
+    chat = _answers(_ref(ChatResponse), stream=True)
+    chat["200"]["links"] = session_links
+    messages = _answers(_OBJECT, anthropic=True, stream=True)
+    messages["200"]["links"] = session_links
+    components["ResponseObject"] = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "object": {"type": "string"}},
+        "required": ["id", "object"],
+    }
+    paths: dict[str, Any] = {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "parameters": [_SESSION_HEADER],
+                "requestBody": _body(chat_schema),
+                "responses": chat,
+            }
+        },
+        "/v1/messages": {
+            "post": {
+                "operationId": "createMessage",
+                "parameters": [_SESSION_HEADER],
+                "requestBody": _body(_ref(MessagesRequest)),
+                "responses": messages,
+            }
+        },
+        "/v1/messages/count_tokens": {
+            "post": {
+                "operationId": "countTokens",
+                "requestBody": _body(_ref(CountRequest)),
+                "responses": _answers(
+                    {"type": "object", "properties": {"input_tokens": {"type": "integer"}}}, anthropic=True
+                ),
+            }
+        },
+        "/v1/responses": {
+            "post": {
+                "operationId": "createResponse",
+                "requestBody": _body(_ref(ResponsesRequest)),
+                "responses": created,
+            }
+        },
+        "/v1/responses/{response_id}": {
+            "parameters": [_path_param("response_id")],
+            "get": {"operationId": "getResponse", "responses": _answers({"$ref": _REF.format(name="ResponseObject")})},
+            "delete": {"operationId": "deleteResponse", "responses": _answers(_OBJECT)},
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "parameters": [_path_param("response_id")],
+            "get": {"operationId": "getInputItems", "responses": _answers(_OBJECT)},
+        },
+        "/v1/sessions": {"get": {"operationId": "listSessions", "responses": _answers(_OBJECT)}},
+        "/v1/sessions/{session_id}": {
+            "parameters": [_path_param("session_id")],
+            "get": {"operationId": "getSession", "responses": _answers(_OBJECT)},
+            "delete": {"operationId": "deleteSession", "responses": _answers(_OBJECT)},
+        },
+        "/v1/models": {"get": {"operationId": "listModels", "responses": _answers(_ref(ModelList))}},
+        "/health": {"get": {"operationId": "health", "security": [], "responses": _answers(_OBJECT)}},
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "responses": _answers({"type": "string"})
+                | {
+                    "200": {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+                },
+            }
+        },
+        "/openapi.json": {"get": {"operationId": "openapi", "security": [], "responses": _answers(_OBJECT)}},
+    }
+    for path, op in (("/apply-template", "applyTemplate"), ("/tokenize", "tokenize"), ("/detokenize", "detokenize")):
+        paths[path] = {"post": {"operationId": op, "requestBody": _body(_OBJECT), "responses": _answers(_OBJECT)}}
+    for path, method in routes:
+        op = method.lower()
+        if op in paths.get(path, {}):
+            continue
+        params = [_path_param(name) for name in re.findall(r"{(\w+)}", path)]
+        generic: dict[str, Any] = {
+            "operationId": op + re.sub(r"[^A-Za-z0-9]+", "_", path).rstrip("_"),
+            "responses": _answers(_OBJECT) | {"200": {"description": "OK", "content": {"*/*": {}}}},
+        }
+        if params:
+            generic["parameters"] = params
+        if op in ("post", "put", "patch"):
+            generic["requestBody"] = {"required": False, "content": {"application/json": {"schema": _OBJECT}}}
+        paths.setdefault(path, {})[op] = generic
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": "1"},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+        "security": [{"bearer": []}, {"apiKey": []}],
+    }
