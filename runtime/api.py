@@ -19,6 +19,7 @@ from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
 from runtime.loop import validate as v
+from runtime.loop.engine_view import EngineView, build_view
 from runtime.loop.options import (
     CheckedOptions,
     SamplingOptions,
@@ -406,6 +407,25 @@ class Runtime(SessionOps):
         return self.backend.n_ctx
 
     # --- numbers -------------------------------------------------------------------------------------
+
+    def engine_view(self) -> EngineView:
+        """What the engine is doing now (the queue, the request on the slot and its phase, the tiers, where each
+        session's state is), read from memory on the event loop; for watchers such as the web page."""
+        return build_view(
+            self.scheduler,
+            self._turns.activity,
+            self.backend.stats(),
+            self.backend.disk_stats(),
+            ram_limit=self.config.cache.ram_limit,
+            shared_blocks=self.config.cache.shared_blocks,
+            last_keys=self._turns.last_key,
+            last_session=self._turns.last_session,
+            locate=self.backend.locate,
+        )
+
+    async def wait_submitted(self) -> None:
+        """Wait until the next request (a turn or a session operation) is queued."""
+        await self.scheduler.wait_submitted()
 
     def stats(self) -> RuntimeStats:
         return RuntimeStats(

@@ -1,7 +1,8 @@
 """`turnstile serve`: the Runtime behind an OpenAI-compatible HTTP API (needs the `serve` extra).
 
 Binds 127.0.0.1:8080 unless told otherwise; `--port 0` lets the OS pick a port. Once the model is loaded
-it prints one line, `turnstile serve: listening on http://HOST:PORT (model NAME)`, on stdout. The API
+it prints `turnstile serve: listening on http://HOST:PORT (model NAME)` and the web page's address
+(`turnstile serve: web page at http://HOST:PORT/`) on stdout. The API
 key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`);
 `--api-key-file PATH` gives several keys, each its own tenant (runtime.serve.http.tenants). The key file
 is read before the model is loaded: a damaged line stops the command (exit 2) with its line number.
@@ -157,6 +158,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
 
     def ready(url: str) -> None:
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")
+        sys.stdout.write(f"turnstile serve: web page at {url}/ (chat, agents room, engine view)\n")
         sys.stdout.flush()
 
     name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)

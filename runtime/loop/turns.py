@@ -20,6 +20,7 @@ import structlog
 from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
+from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.scheduler import Job
@@ -76,6 +77,7 @@ class TurnRunner:
         self._in_slot = slot_call
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
+        self.activity = Activity()  # the running request's phase, for watchers (Runtime.engine_view)
 
     async def run(self, job: Job[Reply], turn: Turn) -> Reply:
         sid = job.session_id
@@ -210,6 +212,7 @@ class TurnRunner:
         """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
         the result and the reply's text split into reasoning and answer (streamed as split)."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
+            self.activity.start(job.id)
             messages = pending.chat_messages()
             fmt = self.backend.reasoning_format()
             opts = self._controls(sampling)
@@ -235,6 +238,7 @@ class TurnRunner:
                     pieces.feed(parts)
 
             def on_piece(piece: str) -> None:
+                self.activity.piece(job.id)
                 if first[0]:
                     first[0] = False
                     log.info("request.first_token")
@@ -247,6 +251,7 @@ class TurnRunner:
                 user_starts=rendered.user_starts,
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_prefill=lambda done, total: self.activity.prefill(job.id, done, total),
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,
@@ -254,7 +259,10 @@ class TurnRunner:
                 budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
             )
-            result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            try:
+                result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            finally:
+                self.activity.stop(job.id)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())

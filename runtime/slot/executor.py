@@ -250,6 +250,8 @@ class Slot:
                     raise _Cancelled from None
                 raise
             self.tokens.extend(batch)
+            if req.on_prefill is not None:
+                req.on_prefill(len(self.tokens), n_prompt)
         if do_ckpt_model and self.rules.checkpoint_prompt_end:
             self._checkpoint_at_end(req, n_prompt)
 
@@ -332,6 +334,8 @@ class Slot:
         elif source is None:
             source = "slot"
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        if req.on_prefill is not None:
+            req.on_prefill(n_past, len(prompt))
         self._n.requests += 1
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += n_past
