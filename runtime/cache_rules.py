@@ -32,14 +32,19 @@ class CacheRuleSet:
 
     @staticmethod
     def named(rules: CacheRules | CacheRuleSet) -> CacheRuleSet:
-        """The rule set of that name (a rule set is returned as it is); `InvalidConfig` for another name."""
+        """The rule set of that name, built once (a rule set is returned as it is); `InvalidConfig` for another name."""
         if isinstance(rules, CacheRuleSet):
             return rules
         if rules not in CACHE_RULES:
             raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {rules!r}")
-        on = rules == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
-        return CacheRuleSet(rules, on, on, on, on, on, on)
+        return _BY_NAME[rules]
 
 
-TURNSTILE = CacheRuleSet.named("turnstile")
-LLAMA_SERVER = CacheRuleSet.named("llama-server")
+def _built(name: CacheRules) -> CacheRuleSet:
+    on = name == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
+    return CacheRuleSet(name, on, on, on, on, on, on)
+
+
+TURNSTILE = _built("turnstile")
+LLAMA_SERVER = _built("llama-server")
+_BY_NAME = {rules.name: rules for rules in (TURNSTILE, LLAMA_SERVER)}

@@ -148,7 +148,7 @@ class LoopOptions(TypedDict, total=False):
 
 
 def reasoning_options(
-    reasoning: object = "auto",
+    reasoning: object = None,
     reasoning_budget: object = None,
     reasoning_budget_message: object = None,
     chat_template_kwargs: object = None,
@@ -156,7 +156,8 @@ def reasoning_options(
     *,
     base: ReasoningOptions | None = None,
 ) -> ReasoningOptions:
-    """Reasoning controls from their keywords (over `base`'s), checked (`InvalidConfig`)."""
+    """Reasoning controls from their keywords (None: `base`'s, default "auto" and no budget), checked
+    (`InvalidConfig`)."""
     values = {
         "reasoning": reasoning,
         "reasoning_budget": reasoning_budget,

@@ -12,6 +12,7 @@ import pytest
 
 from runtime import InvalidConfig, Reply, Runtime
 from runtime.backend.protocol import SlotRequest, SlotResult
+from runtime.cache_rules import LLAMA_SERVER, CacheRuleSet
 from runtime.config import LoopOptions, RuntimeConfig
 from runtime.loop.options import CONSTRAINT_KEYS, SamplingOptions, TurnOptions
 from runtime.testing import ScriptedBackend
@@ -196,3 +197,21 @@ def test_the_ram_limit_is_derived_once(cache_ram_mib: int, limit: int | None) ->
     assert (config.ram_limit, config.disk_limit_bytes) == (limit, 3 << 20)
     default = RuntimeConfig().cache.ram_limit
     assert default is not None and 0 < default <= 8192 << 20
+
+
+def test_settings_are_named_once_and_grouped() -> None:
+    config = RuntimeConfig.build(
+        n_ctx=4096, shared_blocks=64, policy="affinity", cache_rules="llama-server", reasoning="off"
+    )
+    assert (config.engine.n_ctx, config.cache.shared_blocks, config.scheduler.policy) == (4096, 64, "affinity")
+    assert config.cache.rules is LLAMA_SERVER and not config.cache.rules.speculation
+    assert config.reasoning.mode == "off"
+    again = config.replace(max_queued=3, reasoning_budget=5)
+    assert (again.scheduler.policy, again.scheduler.max_queued) == ("affinity", 3)
+    assert (again.reasoning.mode, again.reasoning.budget, again.engine) == ("off", 5, config.engine)
+    with pytest.raises(InvalidConfig, match="unknown setting 'n_gpus'"):
+        RuntimeConfig.build(n_gpus=2)
+    with pytest.raises(InvalidConfig, match="speculative='ngram' needs cache_rules='turnstile'"):
+        RuntimeConfig.build(cache_rules="llama-server", speculative="ngram")
+    with pytest.raises(InvalidConfig, match="cache_rules must be"):
+        CacheRuleSet.named("mine")  # type: ignore[arg-type]

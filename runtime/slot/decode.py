@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runtime.backend.protocol import SlotRequest
 from runtime.llama.engine import Engine
@@ -37,10 +37,13 @@ __all__ = ["Decoded", "budget_for", "generate", "preserved_tokens"]
 
 @dataclass
 class Decoded:
-    """How a decode loop ended and what speculation did in it."""
+    """What a decode loop generated, how it ended and what speculation did in it."""
 
     finish: FinishReason
     t_first: float | None
+    tokens: list[int] = field(default_factory=list)  # every emitted token
+    text: str = ""  # the reply's text, cut at a stop string
+    stopped_by: str | None = None  # the stop string that ended it
     draft_n: int = 0  # tokens drafted (llama-server's draft_n)
     draft_n_accepted: int = 0
     steps: int = 0  # decode batches run
@@ -50,8 +53,6 @@ def generate(
     eng: Engine,
     tokens: list[int],
     req: SlotRequest,
-    generated: list[int],
-    stops: StopMatcher,
     t0: float,
     drafter: Drafter | None = None,
     on_token: Callable[[int], None] | None = None,
@@ -62,13 +63,15 @@ def generate(
     """Decode after the prompt until EOS, a stop string, `max_tokens`, the context's end or a cancel.
 
     `tokens` is the slot's token list (equal to memory; the prompt's last token's logits are current) and
-    grows as tokens enter memory; `generated` collects every emitted token; `on_token(t)` is called for each
+    grows as tokens enter memory; the result holds every emitted token and the text; `on_token(t)` is called for each
     token that enters memory (the n-gram index follows the slot's tokens that way). `budget`: a reasoning
     budget that forces its closer when spent (no drafter then); `preserved`: special tokens detokenized as text.
     """
     max_tokens = req.sampling.max_tokens
     detok = IncrementalText()
+    stops = StopMatcher(req.sampling.stop)
     out = Decoded("stop", None)
+    generated = out.tokens
     s = req.sampling
 
     def emit(tok: int) -> FinishReason | None:
@@ -97,7 +100,7 @@ def generate(
             on_token(tok)
 
     def done(finish: FinishReason) -> Decoded:
-        out.finish = finish
+        out.finish, out.text, out.stopped_by = finish, stops.text, stops.stopped_by
         if drafter is not None:
             eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
             out.draft_n, out.draft_n_accepted = drafter.drafted, drafter.accepted

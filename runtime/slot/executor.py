@@ -29,7 +29,7 @@ from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.commit import LastToken
-from runtime.slot.decode import budget_for, generate, preserved_tokens
+from runtime.slot.decode import Decoded, budget_for, generate, preserved_tokens
 from runtime.slot.lookup import TurnstileLookup, usable
 from runtime.slot.ngram import Drafter, NgramIndex
 from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
@@ -41,8 +41,7 @@ from runtime.slot.state import (
     find_restore,
     make_room,
 )
-from runtime.slot.stops import StopMatcher
-from runtime.types import SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
+from runtime.types import SPECULATIVE, CacheRules, CacheSource, Speculative
 
 log = get_logger(__name__)
 
@@ -351,11 +350,7 @@ class Slot:
             self._n.prompt_tokens += len(prompt)
             self._n.cached_tokens += n_past
         eng.set_abort(req.cancel)
-        finish: FinishReason
-        generated: list[int] = []
-        stops = StopMatcher(req.sampling.stop)
-        t_first: float | None = None
-        draft_n = draft_n_accepted = 0
+        done = Decoded("cancelled", None)  # what a cancel during prefill leaves: nothing generated
         t1 = time.perf_counter()
         t_prefill = 0.0
         try:
@@ -370,21 +365,10 @@ class Slot:
             drafter = None if budget is not None else self._drafter(req)  # a budget forces tokens: no drafts
             on_token = self.ngram.append if drafter is not None else None
             done = generate(
-                eng,
-                self.tokens,
-                req,
-                generated,
-                stops,
-                t0,
-                drafter,
-                on_token,
-                budget=budget,
-                preserved=preserved_tokens(eng, req),
+                eng, self.tokens, req, t0, drafter, on_token, budget=budget, preserved=preserved_tokens(eng, req)
             )
-            finish, t_first = done.finish, done.t_first
-            draft_n, draft_n_accepted = done.draft_n, done.draft_n_accepted
         except _Cancelled:
-            finish = "cancelled"
+            pass
         except _Paused:
             done_n = len(self.tokens)
             log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
@@ -392,16 +376,17 @@ class Slot:
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
-        self._n.generated_tokens += len(generated)
+        finish, draft_n, draft_n_accepted = done.finish, done.draft_n, done.draft_n_accepted
+        self._n.generated_tokens += len(done.tokens)
         self._n.draft_n += draft_n
         self._n.draft_n_accepted += draft_n_accepted
         if draft_n:
             log.debug("speculative.done", draft_n=draft_n, draft_n_accepted=draft_n_accepted)
-        self.last.hold(self.tokens, generated, finish, stops.stopped_by)
+        self.last.hold(self.tokens, done.tokens, finish, done.stopped_by)
         return SlotResult(
-            text=stops.text,
+            text=done.text,
             finish_reason=finish,
-            tokens=generated,
+            tokens=done.tokens,
             prompt_tokens=len(prompt),
             cached_tokens=n_past,
             prefilled_tokens=len(prompt) - n_past,
@@ -411,8 +396,8 @@ class Slot:
             t_cache=t_cache,
             t_prefill=t_prefill,
             t_decode=t_decode,
-            t_first_token=t_first,
-            stop_sequence=stops.stopped_by if finish == "stop" else None,
+            t_first_token=done.t_first,
+            stop_sequence=done.stopped_by if finish == "stop" else None,
             draft_n=draft_n,
             draft_n_accepted=draft_n_accepted,
         )

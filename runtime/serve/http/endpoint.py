@@ -12,19 +12,24 @@ its error shape (`Endpoint.anthropic`).
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, cast
 
 import anyio
 
+from runtime.api import Runtime
 from runtime.errors import TurnstileError
 from runtime.log import get_logger
+from runtime.loop.stream import Piece
+from runtime.reply import Reply, Started
 from runtime.serve.asgi import Receive, Scope, Send, header
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.watch import Phase, run_watched
 
-__all__ = ["ClientGone", "Endpoint", "Work", "read_body", "send_bytes", "send_error"]
+__all__ = ["ClientGone", "CompleteWork", "Endpoint", "Work", "read_body", "send_bytes", "send_error"]
 
 log = get_logger(__name__)
 
@@ -85,6 +90,54 @@ class Work(ABC):
     @abstractmethod
     def gone(self) -> tuple[str, dict[str, Any]]:
         """The log event and its fields for a client that left before the reply."""
+
+
+class CompleteWork(Work):
+    """A request the Runtime answers with `complete` (one body) or `complete_stream_started` (relayed as events,
+    announced by a `Started` when the slot starts the turn, so a long prefill sends its first bytes at once); a
+    dialect writes the body and the relay."""
+
+    api: str | None = None  # the API named in the log line of a client that left
+
+    def __init__(
+        self,
+        rt: Runtime,
+        messages: list[dict[str, Any]],
+        kwargs: Mapping[str, Any],
+        *,
+        session_id: str | None,
+        stream: bool,
+        timeout: float | None,
+    ) -> None:
+        self.rt, self.messages, self.kwargs = rt, messages, kwargs
+        self.session_id, self.stream, self.timeout = session_id, stream, timeout
+
+    async def run(self, send: Send, phase: Phase) -> None:
+        options = {"session_id": self.session_id, "timeout": self.timeout, **self.kwargs}
+        if self.stream:
+            items = cast(
+                AsyncGenerator[Piece | Started | Reply, None], self.rt.complete_stream_started(self.messages, **options)
+            )
+            async with contextlib.aclosing(items):
+                await self.relay(items, send, phase)
+            return
+        body = self.body(await self.rt.complete(self.messages, **options))
+        phase.ending = True
+        await send_bytes(send, 200, body)
+
+    @abstractmethod
+    def body(self, reply: Reply) -> bytes:
+        """The whole response's body."""
+
+    @abstractmethod
+    async def relay(self, items: AsyncGenerator[Piece | Started | Reply, None], send: Send, phase: Phase) -> None:
+        """Send the pieces, then the Reply, as the dialect's events (`runtime.serve.http.event_stream.relay`)."""
+
+    def gone(self) -> tuple[str, dict[str, Any]]:
+        fields: dict[str, Any] = {"session_id": self.session_id, "stream": self.stream}
+        if self.api is not None:
+            fields["api"] = self.api
+        return "serve.client_gone", fields
 
 
 class Endpoint(ABC):

@@ -7,9 +7,7 @@ queue, a prompt too long, a bad sampling value) get their own status code.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncGenerator
-from typing import Any, cast
 
 import msgspec
 
@@ -21,7 +19,7 @@ from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.convert import Call
 from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.chat.stream import ChunkWriter
-from runtime.serve.http.endpoint import ClientGone, Endpoint, Work, read_body, send_bytes, send_error
+from runtime.serve.http.endpoint import ClientGone, CompleteWork, Endpoint, Work, read_body, send_bytes, send_error
 from runtime.serve.http.event_stream import relay
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
@@ -54,50 +52,30 @@ class ChatEndpoint(Endpoint):
         return _ChatWork(self.state, rt, call, self.request_timeout)
 
 
-class _ChatWork(Work):
+class _ChatWork(CompleteWork):
     def __init__(self, state: ServeState, rt: Runtime, call: Call, request_timeout: float | None) -> None:
-        self.state, self.rt, self.call, self.request_timeout = state, rt, call, request_timeout
-
-    async def run(self, send: Send, phase: Phase) -> None:
-        if self.call.stream:
-            await self._stream(self.rt, self.call, send, phase)
-        else:
-            await self._complete(self.rt, self.call, send, phase)
-
-    def gone(self) -> tuple[str, dict[str, Any]]:
-        return "serve.client_gone", {"session_id": self.call.session_id, "stream": self.call.stream}
-
-    async def _complete(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
-        reply = await rt.complete(
+        super().__init__(
+            rt,
             call.messages,
+            {**state.llama.sampling, **call.kwargs},
             session_id=call.session_id,
-            timeout=self.request_timeout,
-            **{**self.state.llama.sampling, **call.kwargs},
+            stream=call.stream,
+            timeout=request_timeout,
         )
-        body = msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
-        phase.ending = True
-        await send_bytes(send, 200, body)
+        self.state, self.include_usage = state, call.include_usage
 
-    async def _stream(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
-        items = cast(
-            AsyncGenerator[Piece | Started | Reply, None],
-            rt.complete_stream_started(
-                call.messages,
-                session_id=call.session_id,
-                timeout=self.request_timeout,
-                **{**self.state.llama.sampling, **call.kwargs},
-            ),
-        )
+    def body(self, reply: Reply) -> bytes:
+        return msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
 
+    async def relay(self, items: AsyncGenerator[Piece | Started | Reply, None], send: Send, phase: Phase) -> None:
         async def end(writer: ChunkWriter, reply: Reply) -> bytes:
-            return writer.end(reply, include_usage=call.include_usage)
+            return writer.end(reply, include_usage=self.include_usage)
 
-        async with contextlib.aclosing(items):
-            await relay(
-                items,
-                send,
-                lambda: ChunkWriter(self.state.next_id(), self.state.model),
-                end,
-                opening=ChunkWriter.opening,
-                phase=phase,
-            )
+        await relay(
+            items,
+            send,
+            lambda: ChunkWriter(self.state.next_id(), self.state.model),
+            end,
+            opening=ChunkWriter.opening,
+            phase=phase,
+        )

@@ -12,17 +12,17 @@ turn's tool plan and reasoning controls over the Runtime's) and counts its token
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 from starlette.routing import Route
 
 from runtime.api import Runtime
-from runtime.reply import Reply, Started, ToolCallDelta
+from runtime.loop.stream import Piece
+from runtime.reply import Reply, Started
 from runtime.serve.asgi import Scope, Send, header
-from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
+from runtime.serve.http.endpoint import CompleteWork, Endpoint, Work, send_bytes
 from runtime.serve.http.event_stream import relay
 from runtime.serve.http.messages import convert as anthropic
 from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
@@ -58,49 +58,32 @@ class MessagesEndpoint(Endpoint):
         return _MessagesWork(self.state, rt, call, self.request_timeout)
 
 
-class _MessagesWork(Work):
+class _MessagesWork(CompleteWork):
+    api = "messages"
+
     def __init__(self, state: ServeState, rt: Runtime, call: MessagesCall, request_timeout: float | None) -> None:
-        self.state, self.rt, self.call, self.request_timeout = state, rt, call, request_timeout
-
-    async def run(self, send: Send, phase: Phase) -> None:
-        if self.call.stream:
-            await self._stream(self.rt, self.call, send, phase)
-        else:
-            await self._complete(self.rt, self.call, send, phase)
-
-    def gone(self) -> tuple[str, dict[str, Any]]:
-        return "serve.client_gone", {"session_id": self.call.session_id, "stream": self.call.stream, "api": "messages"}
-
-    async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
-        reply = await rt.complete(
+        super().__init__(
+            rt,
             call.messages,
+            {**state.llama.sampling, **call.kwargs},
             session_id=call.session_id,
-            timeout=self.request_timeout,
-            **{**self.state.llama.sampling, **call.kwargs},
+            stream=call.stream,
+            timeout=request_timeout,
         )
-        body = anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model)
-        phase.ending = True
-        await send_bytes(send, 200, msgspec.json.encode(body))
+        self.state = state
 
-    async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
-        items = cast(
-            AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
-            rt.complete_stream_started(
-                call.messages,
-                session_id=call.session_id,
-                timeout=self.request_timeout,
-                **{**self.state.llama.sampling, **call.kwargs},
-            ),
-        )
+    def body(self, reply: Reply) -> bytes:
+        return msgspec.json.encode(anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model))
 
+    async def relay(self, items: AsyncGenerator[Piece | Started | Reply, None], send: Send, phase: Phase) -> None:
         async def end(events: MessageEvents, reply: Reply) -> bytes:
             return events.end(reply)
 
-        async with contextlib.aclosing(items):  # pieces: thinking, answer text, or a piece of a tool call
-            make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
-            await relay(
-                items, send, make, end, opening=MessageEvents.start, keepalive_event=MessageEvents.ping, phase=phase
-            )
+        # pieces: thinking, answer text, or a piece of a tool call
+        make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
+        await relay(
+            items, send, make, end, opening=MessageEvents.start, keepalive_event=MessageEvents.ping, phase=phase
+        )
 
 
 async def count_tokens(rt: Runtime, req: CountRequest, *, normalize: bool = True) -> int:
