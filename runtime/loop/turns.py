@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from runtime.backend.protocol import SlotBackend, SlotRequest, SlotResult
+from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
 from runtime.loop.constraints import Constraints, Finished
@@ -27,6 +27,7 @@ from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
 from runtime.tools import reply_seed
+from runtime.tools.plan import ToolPlan
 from runtime.types import RequestKind, speculation_flag
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
@@ -175,6 +176,27 @@ class TurnRunner:
             return history.edit(session, turn.index, turn.message)
         return history.regenerate_base(session)
 
+    def count(self, conversation: Session, overrides: dict[str, Any], tools: ToolPlan | None) -> int:
+        """Worker thread: the token count of the prompt a turn answering `conversation` renders (all of it: no
+        context window), with the turn's reasoning controls and tools. Renders for no session (nothing kept)."""
+        sampling = conversation.sampling.with_overrides(**overrides) if overrides else conversation.sampling
+        variables = self._controls(sampling).template_variables(self.backend.reasoning_format())
+        return len(self._render_whole(conversation.chat_messages(), variables, tools, spans=False).tokens)
+
+    def _controls(self, sampling: Sampling) -> ReasoningOptions:
+        """The turn's reasoning controls: the turn's or the session's, over the runtime's."""
+        return ReasoningOptions.from_values({n: getattr(sampling, n) for n in REASONING_FIELDS}, self.reasoning)
+
+    def _render_whole(
+        self, messages: list[dict[str, Any]], variables: dict[str, Any], tools: ToolPlan | None, *, spans: bool = True
+    ) -> RenderedChat:
+        """The whole conversation rendered for no session (with the tools' plan, when tools are offered)."""
+        if tools is None:
+            return self.backend.prepare(messages, spans=spans, template_kwargs=variables or None)
+        plan = tools.render_plan(messages)
+        kwargs = {**variables, **(plan.kwargs or {})}
+        return self.backend.prepare(plan.messages, spans=spans, tools=plan.tools, template_kwargs=kwargs or None)
+
     def _run_in_slot(
         self,
         job: Job[Reply],
@@ -190,13 +212,11 @@ class TurnRunner:
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
             messages = pending.chat_messages()
             fmt = self.backend.reasoning_format()
-            opts = ReasoningOptions.from_values({n: getattr(sampling, n) for n in REASONING_FIELDS}, self.reasoning)
+            opts = self._controls(sampling)
             variables = opts.template_variables(fmt)
             tools = turn.constraints.tools
             if tools is not None:  # tools: the whole history (the window does not cut turns that offer tools)
-                plan = tools.render_plan(messages)
-                kwargs = {**variables, **(plan.kwargs or {})}
-                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=kwargs or None)
+                rendered = self._render_whole(messages, variables, tools)
                 dropped = 0
             else:
                 prompt = self.window.prepare(

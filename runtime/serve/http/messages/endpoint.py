@@ -1,0 +1,127 @@
+"""POST /v1/messages and POST /v1/messages/count_tokens: the Anthropic Messages API as plain ASGI endpoints.
+
+They behave as the chat completions endpoint (runtime.serve.http.chat.endpoint): the body read with its size
+checked, a client that leaves cancels its request (nothing is committed), a streamed request waits for
+its first piece before the response starts (so early errors get their status), and every error is in
+Anthropic's shape. Stateless unless an `X-Session-Id` header names a session (in the tenant's namespace):
+then the session's transcript becomes the request's messages and the reply, as with chat completions.
+
+count_tokens renders the prompt exactly as a turn would (the same conversion, then `Runtime.count_tokens`: the
+turn's tool plan and reasoning controls over the Runtime's) and counts its tokens: `{"input_tokens": N}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator
+from typing import Any, cast
+
+import msgspec
+from starlette.routing import Route
+
+from runtime.api import Runtime
+from runtime.reply import Reply, ToolCallDelta
+from runtime.serve.asgi import Scope, Send, header
+from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
+from runtime.serve.http.event_stream import relay
+from runtime.serve.http.messages import convert as anthropic
+from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
+from runtime.serve.http.messages.stream import MessageEvents
+from runtime.serve.http.state import ServeState
+from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.watch import Phase
+
+__all__ = ["PATHS", "CountTokensEndpoint", "MessagesEndpoint", "count_tokens", "routes"]
+
+PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
+_messages = msgspec.json.Decoder(MessagesRequest)
+_count = msgspec.json.Decoder(CountRequest)
+
+
+class MessagesEndpoint(Endpoint):
+    """POST /v1/messages."""
+
+    wants = "a JSON Messages request"
+    anthropic = True
+
+    async def accept(self, body: bytes, scope: Scope) -> Work:
+        req = _messages.decode(body)
+        client_id = header(scope, b"x-session-id")
+        session_id = tenant_of(scope).session_id(client_id) if client_id else None
+        call = anthropic.from_request(req, session_id)
+        return _MessagesWork(self.state, self.state.require(), call, self.request_timeout)
+
+
+class _MessagesWork(Work):
+    def __init__(self, state: ServeState, rt: Runtime, call: MessagesCall, request_timeout: float | None) -> None:
+        self.state, self.rt, self.call, self.request_timeout = state, rt, call, request_timeout
+
+    async def run(self, send: Send, phase: Phase) -> None:
+        if self.call.stream:
+            await self._stream(self.rt, self.call, send, phase)
+        else:
+            await self._complete(self.rt, self.call, send, phase)
+
+    def gone(self) -> tuple[str, dict[str, Any]]:
+        return "serve.client_gone", {"session_id": self.call.session_id, "stream": self.call.stream, "api": "messages"}
+
+    async def _complete(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
+        reply = await rt.complete(
+            call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs
+        )
+        body = anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model)
+        phase.ending = True
+        await send_bytes(send, 200, msgspec.json.encode(body))
+
+    async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
+        items = cast(
+            AsyncGenerator[str | ToolCallDelta | Reply, None],
+            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+        )
+
+        async def end(events: MessageEvents, reply: Reply) -> bytes:
+            return events.end(reply)
+
+        async with contextlib.aclosing(items):  # pieces: thinking, answer text, or a piece of a tool call
+            make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
+            await relay(items, send, make, end, opening=MessageEvents.start, phase=phase)
+
+
+async def count_tokens(rt: Runtime, req: CountRequest) -> int:
+    """The prompt's token count for a request, rendered as a turn renders it (`Runtime.count_tokens`)."""
+    messages, kw = anthropic.prompt_of(req)
+    return await rt.count_tokens(messages, **kw)
+
+
+class _Counted(Work):
+    def __init__(self, rt: Runtime, messages: list[dict[str, Any]], kw: dict[str, Any]) -> None:
+        self.rt, self.messages, self.kw = rt, messages, kw
+
+    async def run(self, send: Send, phase: Phase) -> None:
+        n = await self.rt.count_tokens(self.messages, **self.kw)
+        phase.ending = True
+        await send_bytes(send, 200, msgspec.json.encode({"input_tokens": n}))
+
+    def gone(self) -> tuple[str, dict[str, Any]]:
+        return "serve.client_gone", {"api": "count_tokens"}
+
+
+class CountTokensEndpoint(Endpoint):
+    """POST /v1/messages/count_tokens."""
+
+    wants = "a JSON Messages request"
+    anthropic = True
+
+    async def accept(self, body: bytes, scope: Scope) -> Work:
+        messages, kw = anthropic.prompt_of(_count.decode(body))
+        return _Counted(self.state.require(), messages, kw)
+
+
+def routes(state: ServeState, *, max_body_bytes: int, request_timeout: float | None) -> list[Route]:
+    """The two routes, for the app to mount."""
+    endpoint: Any = MessagesEndpoint(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout)
+    counter: Any = CountTokensEndpoint(state, max_body_bytes=max_body_bytes)
+    return [
+        Route("/v1/messages", endpoint, methods=["POST"]),
+        Route("/v1/messages/count_tokens", counter, methods=["POST"]),
+    ]
