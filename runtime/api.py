@@ -19,6 +19,7 @@ from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.log import get_logger
 from runtime.loop import validate as v
+from runtime.loop.engine_view import EngineView, build_view
 from runtime.loop.options import (
     CheckedOptions,
     SamplingOptions,
@@ -31,7 +32,7 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
-from runtime.loop.turns import Turn, TurnRunner
+from runtime.loop.turns import Turn, TurnRunner, predicted_cost
 from runtime.reply import Reply
 from runtime.types import RequestKind
 from sessions import DiskStore, MemoryStore
@@ -101,8 +102,13 @@ class Runtime(SessionOps):
         self.config = cfg
         self.backend = backend
         self.store = store
+        sch = cfg.scheduler
         self.scheduler = Scheduler(
-            policy=cfg.scheduler.policy, max_queued=cfg.scheduler.max_queued, affinity=self._affinity, idle=self._settle
+            policy=sch.policy,
+            max_queued=sch.max_queued,
+            affinity=self._affinity,
+            idle=self._settle,
+            prefill_quantum_ms=sch.prefill_quantum_ms,
         )
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
@@ -354,7 +360,7 @@ class Runtime(SessionOps):
         async def execute(job: Job[Reply]) -> Reply:
             return await self._turns.run(job, turn)
 
-        return self.scheduler.submit(session_id, execute, kind=turn.kind)
+        return self.scheduler.submit(session_id, execute, kind=turn.kind, cost=predicted_cost(turn))
 
     async def apply_template(
         self,
@@ -406,6 +412,25 @@ class Runtime(SessionOps):
         return self.backend.n_ctx
 
     # --- numbers -------------------------------------------------------------------------------------
+
+    def engine_view(self) -> EngineView:
+        """What the engine is doing now (the queue, the request on the slot and its phase, the tiers, where each
+        session's state is), read from memory on the event loop; for watchers such as the web page."""
+        return build_view(
+            self.scheduler,
+            self._turns.activity,
+            self.backend.stats(),
+            self.backend.disk_stats(),
+            ram_limit=self.config.cache.ram_limit,
+            shared_blocks=self.config.cache.shared_blocks,
+            last_keys=self._turns.last_key,
+            last_session=self._turns.last_session,
+            locate=self.backend.locate,
+        )
+
+    async def wait_submitted(self) -> None:
+        """Wait until the next request (a turn or a session operation) is queued."""
+        await self.scheduler.wait_submitted()
 
     def stats(self) -> RuntimeStats:
         return RuntimeStats(

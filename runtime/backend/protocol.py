@@ -21,7 +21,15 @@ from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
-__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]
+__all__ = [
+    "GrammarSpec",
+    "PrefillPaused",
+    "RenderedChat",
+    "SlotBackend",
+    "SlotRequest",
+    "SlotResult",
+    "SlotStats",
+]
 
 
 @dataclass(frozen=True)
@@ -59,12 +67,32 @@ class SlotRequest:
     reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
     cancel: Callable[[], bool] = lambda: False
     on_piece: Callable[[str], None] | None = None
+    on_prefill: Callable[[int, int], None] | None = None  # (prompt tokens in the slot, prompt tokens): progress
     request_id: int = 0
     session_id: str = ""
     grammar: GrammarSpec | None = None  # constrains decoding (structured output, tool calls)
     speculative: bool | None = None  # n-gram speculation for this request; None: the slot's setting
     budget: BudgetSpec | None = None  # a reasoning budget: its closer is forced when spent
     preserved: tuple[str, ...] = ()  # special tokens detokenized as their text (a reasoning format's tags)
+    # asked between two n_batch chunks of the prefill with (tokens in the slot, prompt tokens): True stops the
+    # prefill there (`PrefillPaused`); the scheduler's preemption check (`runtime.loop.fair`)
+    pause: Callable[[int, int], bool] | None = None
+    resumed: bool = False  # a paused request run again: the slot does not count it as a new request
+
+
+class PrefillPaused(Exception):
+    """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so. The slot holds the
+    prompt's first `done` tokens, a state like any other (the next swap saves it, the lookup rule finds it);
+    the scheduler queues the request again in its place. Not an error: it never reaches a caller."""
+
+    def __init__(self, done: int, total: int, cached: int, prefilled: int, t_prefill: float, source: CacheSource):
+        super().__init__(f"prefill paused at {done} of {total} tokens")
+        self.done = done  # prompt tokens the slot holds
+        self.total = total
+        self.cached = cached  # tokens this run found cached
+        self.prefilled = prefilled  # tokens this run evaluated
+        self.t_prefill = t_prefill
+        self.source: CacheSource = source
 
 
 @dataclass(frozen=True)

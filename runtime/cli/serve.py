@@ -1,7 +1,8 @@
 """`turnstile serve`: the Runtime behind an OpenAI-compatible HTTP API (needs the `serve` extra).
 
 Binds 127.0.0.1:8080 unless told otherwise; `--port 0` lets the OS pick a port. Once the model is loaded
-it prints one line, `turnstile serve: listening on http://HOST:PORT (model NAME)`, on stdout. The API
+it prints `turnstile serve: listening on http://HOST:PORT (model NAME)` and the web page's address
+(`turnstile serve: web page at http://HOST:PORT/`) on stdout. The API
 key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`);
 `--api-key-file PATH` gives several keys, each its own tenant (runtime.serve.http.tenants). The key file
 is read before the model is loaded: a damaged line stops the command (exit 2) with its line number.
@@ -51,7 +52,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", choices=("ngram", "none"), default="none", help="n-gram speculative decoding (default none)"
     )
-    p.add_argument("--policy", choices=("fifo", "affinity"), default="fifo", help="scheduling policy (fifo)")
+    p.add_argument(
+        "--policy",
+        choices=("fifo", "affinity", "fair"),
+        default="fifo",
+        help="scheduling policy (fifo); fair: a long prefill yields to short turns (docs/fair-slot.md)",
+    )
+    p.add_argument(
+        "--prefill-quantum-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="--policy fair: prefill time before a long prompt yields (default 500)",
+    )
     p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
@@ -128,6 +141,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         cache_rules=args.cache_rules,
         speculative="ngram" if args.spec == "ngram" else None,
         policy=args.policy,
+        prefill_quantum_ms=args.prefill_quantum_ms,
         max_queued=args.max_queued,
         **reasoning.open_keywords(args),
         **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
@@ -139,7 +153,13 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         from runtime.testing import ScriptedBackend
         from sessions import MemoryStore
 
-        return lambda: Runtime.serve(ScriptedBackend(), MemoryStore(), policy=args.policy, max_queued=args.max_queued)
+        return lambda: Runtime.serve(
+            ScriptedBackend(),
+            MemoryStore(),
+            policy=args.policy,
+            max_queued=args.max_queued,
+            prefill_quantum_ms=args.prefill_quantum_ms,
+        )
     config = runtime_config(args, options)
 
     def open_runtime() -> AbstractAsyncContextManager[Runtime]:
@@ -157,6 +177,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
 
     def ready(url: str) -> None:
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")
+        sys.stdout.write(f"turnstile serve: web page at {url}/ (chat, agents room, engine view)\n")
         sys.stdout.flush()
 
     name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)

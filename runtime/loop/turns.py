@@ -20,8 +20,10 @@ import structlog
 from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
+from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
+from runtime.loop.policy import Cost
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
@@ -55,6 +57,25 @@ class Turn:
     tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
 
 
+CHARS_PER_TOKEN = 4  # a rough estimate of English text, for the fair policy's predicted cost
+
+
+def predicted_cost(turn: Turn) -> Cost:
+    """A turn's predicted cost when it is queued (the fair policy's): the tokens of what is new in it (a chat
+    turn's message or tool results; a completion's messages after its last assistant message, as those
+    before are usually cached), estimated from characters, and its max_tokens (0 when the turn sets none)."""
+    if turn.conversation is not None:
+        msgs = turn.conversation.messages
+        last = max((i for i, m in enumerate(msgs) if m.role == "assistant"), default=-1)
+        chars = sum(len(m.content) for m in msgs[last + 1 :])
+        if last < 0:
+            chars += len(turn.conversation.system or "")
+    else:
+        chars = len(turn.message or "") + sum(len(r) for r in (turn.tool_results or {}).values())
+    limit = turn.overrides.get("max_tokens")
+    return Cost(chars // CHARS_PER_TOKEN + 1, limit if isinstance(limit, int) and limit > 0 else 0)
+
+
 class TurnRunner:
     """Runs turns for the Runtime: store calls through `store_call`, slot work through `slot_call`."""
 
@@ -76,6 +97,7 @@ class TurnRunner:
         self._in_slot = slot_call
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
+        self.activity = Activity()  # the running request's phase, for watchers (Runtime.engine_view)
 
     async def run(self, job: Job[Reply], turn: Turn) -> Reply:
         sid = job.session_id
@@ -210,6 +232,7 @@ class TurnRunner:
         """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
         the result and the reply's text split into reasoning and answer (streamed as split)."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
+            self.activity.start(job.id)
             messages = pending.chat_messages()
             fmt = self.backend.reasoning_format()
             opts = self._controls(sampling)
@@ -235,6 +258,7 @@ class TurnRunner:
                     pieces.feed(parts)
 
             def on_piece(piece: str) -> None:
+                self.activity.piece(job.id)
                 if first[0]:
                     first[0] = False
                     log.info("request.first_token")
@@ -247,14 +271,20 @@ class TurnRunner:
                 user_starts=rendered.user_starts,
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_prefill=lambda done, total: self.activity.prefill(job.id, done, total),
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,
                 speculative=speculation_flag(sampling.speculative),  # the turn's, else the session's, else the slot's
                 budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
+                pause=job.pause_check,
+                resumed=bool(job.pauses),
             )
-            result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            try:
+                result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            finally:
+                self.activity.stop(job.id)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())
@@ -264,6 +294,15 @@ class TurnRunner:
     def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
         now = time.perf_counter()
         started = job.started or job.submitted
+        if job.pauses:  # one request in several runs: cached as its first run found, prefilled by all of them
+            first = job.pauses[0]
+            r = dataclasses.replace(
+                r,
+                cached_tokens=first.cached,
+                prefilled_tokens=r.prefilled_tokens + sum(p.prefilled for p in job.pauses),
+                cache_source=first.source,
+                t_prefill=r.t_prefill + sum(p.t_prefill for p in job.pauses),
+            )
         return Reply(
             session_id=job.session_id,
             request_id=job.id,
@@ -286,6 +325,7 @@ class TurnRunner:
                 decode=r.t_decode,
                 first_token=r.t_first_token,
                 total=now - job.submitted,
+                paused=job.paused_s,
             ),
             revision=revision,
             parsed=done.parsed if done is not None else None,
