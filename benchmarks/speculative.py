@@ -15,9 +15,11 @@ Systems: turnstile without and with `speculative="ngram"`, and with `--llama-ser
 (`runtime.llama.Engine` alone: prefill, then `decode` one token + `argmax` on the logits until EOS or the
 limit, no slot, no sampler, no detokenization), to show what turnstile's per-token path costs over it.
 Every repetition runs each workload on every system in turn (systems alternate, all kept open), and the table
-gives decode tokens/s (generated tokens / decode time: turnstile's `timings.decode`, llama-server's
-`predicted_ms`) as the median and the range over the repetitions, drafted and accepted tokens, and how many
-replies equal turnstile's without speculation.
+gives decode tokens/s over the same window for every system: the tokens after the first, over the time from the
+first token to the last (llama-server's `predicted_ms`, which covers n-1 of its `predicted_n` tokens; turnstile's
+run from `timings.first_token` to its end; the engine loop's from its first argmax), as the median and the
+range over the repetitions, drafted and accepted tokens, and how many replies equal turnstile's without
+speculation.
 It also times rebuilding a conversation's n-gram index from its tokens (what a swap costs).
 
     python -m benchmarks speculative [--reps 3] [--copy-runs 2] [--agent-turns 2] [--chat-turns 3]
@@ -119,6 +121,39 @@ def agent_messages(conv: int, turn: int, replies: dict[tuple[int, int], str]) ->
     return [*msgs, {"role": "user", "content": agent_user(conv, turn)}]
 
 
+NOTES = [
+    "The bakery on Mill Street opens at seven. Its rye loaf sells out by nine, so come early if you want one.",
+    "Saturn's rings are mostly ice and rock. They are wide but very thin, often less than a kilometre thick.",
+    "A list comprehension builds a list in one expression. It is often faster than a loop that appends.",
+    "The night train to Vienna leaves at ten. Book a couchette, because the seats are hard and the trip is long.",
+    "Tomatoes need six hours of sun a day. Water them at the base in the morning, never on the leaves.",
+    "The Great Pyramid was built for Khufu. It was the tallest building in the world for almost four thousand years.",
+]
+
+
+def quotes_user(conv: int, turn: int, replies: dict[tuple[int, int], str]) -> str:
+    """Ordinary chat that quotes: a friend's note first, then the assistant's own previous answer, each to be
+    quoted back before the next question is answered."""
+    question = workloads.persona(conv)[1][turn % 5]
+    if turn == 0:
+        return (
+            f'A friend sent me this note:\n\n"{NOTES[conv % 6]}"\n\nQuote the note back first, then answer: {question}'
+        )
+    said = replies[conv, turn - 1]
+    return f'Earlier you said:\n\n"{said}"\n\nQuote what you said back first, then answer: {question}'
+
+
+def quotes_messages(conv: int, turn: int, replies: dict[tuple[int, int], str]) -> Messages:
+    system, _ = workloads.persona(conv)
+    msgs: Messages = [{"role": "system", "content": system}]
+    for t in range(turn):
+        msgs += [
+            {"role": "user", "content": quotes_user(conv, t, replies)},
+            {"role": "assistant", "content": replies[conv, t]},
+        ]
+    return [*msgs, {"role": "user", "content": quotes_user(conv, turn, replies)}]
+
+
 # --- systems ---------------------------------------------------------------------------------------------
 
 
@@ -129,6 +164,11 @@ class Turn:
     decode_s: float
     draft_n: int
     draft_n_accepted: int
+
+    @property
+    def timed(self) -> int:
+        """Tokens in the timed window `decode_s`: every one after the first (which comes from the prompt's logits)."""
+        return max(0, self.generated - 1)
 
 
 class Turnstile:
@@ -161,8 +201,9 @@ class Turnstile:
 
     def turn(self, msgs: Messages, max_tokens: int) -> Turn:
         r = self._portal.call(lambda: self.rt.complete(msgs, temperature=0.0, seed=w.SEED, max_tokens=max_tokens))
-        u = r.usage
-        return Turn(r.text, u.generated_tokens, r.timings.decode, u.draft_n, u.draft_n_accepted)
+        u, t = r.usage, r.timings
+        after_first = t.cache + t.prefill + t.decode - (t.first_token or 0.0)  # llama-server's predicted_ms window
+        return Turn(r.text, u.generated_tokens, after_first, u.draft_n, u.draft_n_accepted)
 
     def close(self) -> None:
         self._stack.close()
@@ -260,8 +301,9 @@ class Tally:
     texts: list[str] = field(default_factory=list)  # the first repetition's replies
 
     def add(self, turns: list[Turn], first: bool) -> None:
-        gen, dec = sum(t.generated for t in turns), sum(t.decode_s for t in turns)
-        self.rates.append(gen / dec if dec > 0 else 0.0)
+        timed, dec = sum(t.timed for t in turns), sum(t.decode_s for t in turns)
+        self.rates.append(timed / dec if dec > 0 else 0.0)
+        gen = sum(t.generated for t in turns)
         self.generated += gen
         self.draft_n += sum(t.draft_n for t in turns)
         self.accepted += sum(t.draft_n_accepted for t in turns)
@@ -280,6 +322,16 @@ def run_agent(system: System, turns: int, max_tokens: int = 128) -> list[Turn]:
     out = []
     for c, t in workloads.schedule(6, turns):
         r = system.turn(agent_messages(c, t, replies), max_tokens)
+        replies[c, t] = r.text
+        out.append(r)
+    return out
+
+
+def run_quotes(system: System, turns: int, max_tokens: int = 96) -> list[Turn]:
+    replies: dict[tuple[int, int], str] = {}
+    out = []
+    for c, t in workloads.schedule(6, turns):
+        r = system.turn(quotes_messages(c, t, replies), max_tokens)
         replies[c, t] = r.text
         out.append(r)
     return out
@@ -325,12 +377,13 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions (systems alternate within each)")
     ap.add_argument("--copy-runs", type=int, default=2, help="measured copy requests per repetition")
     ap.add_argument("--agent-turns", type=int, default=2, help="turns per agent conversation")
+    ap.add_argument("--quotes-turns", type=int, default=2, help="turns per chat-with-quotes conversation")
     ap.add_argument("--chat-turns", type=int, default=3, help="turns per ordinary-chat conversation")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-ctx", type=int, default=w.N_CTX)
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="compare with llama-server's ngram-map-k")
-    ap.add_argument("--workloads", default="copy,agent,chat", help="which workloads, comma-separated")
+    ap.add_argument("--workloads", default="copy,agent,quotes,chat", help="which workloads, comma-separated")
     ap.add_argument("--no-bare", action="store_true", help="leave out the bare engine loop (copy workload)")
     ap.add_argument("--out", default=None, metavar="DIR")
     args = ap.parse_args(argv)
@@ -357,11 +410,12 @@ def main(argv: list[str]) -> None:
     workloads: list[tuple[str, Callable[[System], list[Turn]], tuple[type, ...]]] = [
         ("copy", lambda s: run_copy(s, args.copy_runs), (Turnstile, Server, Bare)),
         ("agent", lambda s: run_agent(s, args.agent_turns), (Turnstile, Server)),
+        ("quotes", lambda s: run_quotes(s, args.quotes_turns), (Turnstile, Server)),
         ("chat", lambda s: run_chat(s, args.chat_turns), (Turnstile,)),
     ]
     chosen = [x for x in args.workloads.split(",") if x]
     if unknown := set(chosen) - {name for name, _, _ in workloads}:
-        ap.error(f"--workloads: unknown {sorted(unknown)} (copy, agent, chat)")
+        ap.error(f"--workloads: unknown {sorted(unknown)} (copy, agent, quotes, chat)")
     workloads = [wl for wl in workloads if wl[0] in chosen]
     tallies: dict[tuple[str, str], Tally] = {}
     # Each system is opened for its play and closed after it, so only one llama.cpp context decodes in this
@@ -408,6 +462,7 @@ def main(argv: list[str]) -> None:
         "reps": args.reps,
         "copy_runs": args.copy_runs,
         "agent_turns": args.agent_turns,
+        "quotes_turns": args.quotes_turns,
         "chat_turns": args.chat_turns,
         "llama_server": args.llama_server,
         "index_rebuild_ms": rebuild,

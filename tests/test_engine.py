@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import llama_cpp
 import numpy as np
 import pytest
 
@@ -224,3 +225,25 @@ def test_greedy_argmax_is_the_sampler_chain(smollm2_path: Path, make_engine: Cal
     logits = eng.logits()
     assert eng.argmax() == int(np.argmax(logits))
     assert eng.argmax(idx=10_000) == -1  # no such output: no logits
+
+
+def test_argmax_ties_and_nan_go_to_the_chain(smollm2_path: Path, make_engine: Callable[..., Engine]) -> None:
+    """`argmax` reads llama.cpp's logits in place (a view per buffer address): a unique highest logit anywhere
+    (the last token included) is returned, a tie for the highest (before or after the first) or a NaN gives -1."""
+    eng = make_engine(smollm2_path)
+    eng.clear()
+    eng.decode(eng.tokenize(PROMPT), 0)
+    buf = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(eng.ctx, -1), shape=(eng.n_vocab,))  # writable
+    top = int(np.argmax(buf))
+    assert eng.argmax() == top
+    high = float(buf[top]) + 1.0
+    buf[eng.n_vocab - 1] = high  # a unique maximum at the very end
+    assert eng.argmax() == eng.n_vocab - 1
+    buf[7] = high  # tied with it, earlier
+    assert eng.argmax() == -1
+    buf[eng.n_vocab - 1] = 0.0
+    assert eng.argmax() == 7
+    buf[12_345] = high  # tied, later
+    assert eng.argmax() == -1
+    buf[12_345] = float("nan")
+    assert eng.argmax() == -1

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from runtime.slot.ngram import Drafter, DraftLength, NgramIndex
+from runtime.slot.ngram import Drafter, DraftLength, NgramIndex, _best_length
 
 
 def brute(tokens: list[int], n: int) -> dict[tuple[int, ...], list[int]]:
@@ -145,3 +145,17 @@ def test_drafter_counts() -> None:
     d.accepted_n(4, 3)
     d.accepted_n(2, 0)
     assert (d.drafted, d.accepted) == (6, 3)
+
+
+def test_draft_length_is_bounded_by_what_pays_once_a_draft_breaks() -> None:
+    """A drafted token costs ~0.44 of a step: the best length for a per-token acceptance q is the argmax of
+    (1 + E[accepted]) / (1 + 0.44 k); it bounds the drafts only after a draft that was not accepted whole."""
+    assert [_best_length(q, 0.44, 32) for q in (0.5, 0.9, 0.95, 0.99, 1.0)] == [1, 4, 6, 15, 32]
+    dl = DraftLength(cap=32, limit=32)
+    assert dl.allowed(20, 4) == 32  # a long match, nothing rejected yet: the ramp alone
+    dl.update(32, 32)
+    assert dl.allowed(20, 4) == 32  # still no break (worth would say 10: q = 51/52)
+    dl.update(32, 30)  # a copy that ended: kept 62, one break, q = 81/83
+    assert (dl.limit, dl.worth(), dl.allowed(20, 4)) == (31, 9, 9)
+    dl.update(8, 0)  # nothing accepted: a cooldown, and q = 81/84
+    assert (dl.cooldown, dl.worth()) == (1, 7)

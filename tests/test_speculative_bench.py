@@ -10,11 +10,12 @@ from benchmarks import speculative
 
 def test_speculative_benchmark_writes_its_table(tiny_llama: Path, tmp_path: Path) -> None:
     args = ["--model", str(tiny_llama), "--reps", "1", "--copy-runs", "1", "--agent-turns", "1", "--chat-turns", "1"]
+    args += ["--quotes-turns", "1"]
     speculative.main([*args, "--threads", "1", "--out", str(tmp_path)])
     doc = json.loads((tmp_path / "speculative.json").read_text())
     assert doc["benchmark"] == "speculative"
     rows = {(r["workload"], r["system"]): r for r in doc["rows"]}
-    pairs = {(wl, s) for wl in ("copy", "agent", "chat") for s in ("turnstile", "turnstile ngram")}
+    pairs = {(wl, s) for wl in ("copy", "agent", "quotes", "chat") for s in ("turnstile", "turnstile ngram")}
     assert set(rows) == pairs | {("copy", "engine loop")}
     for (_, system), r in rows.items():
         assert set(speculative.COLUMNS) <= r.keys()

@@ -134,6 +134,14 @@ class Engine:
         for i in range(cfg.n_batch):  # every row is for the one sequence: set once, not per decode
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = SEQ
+        # the batch's arrays, read once (each attribute read builds a new ctypes pointer object)
+        self._b_token, self._b_pos, self._b_logits = self._batch.token, self._batch.pos, self._batch.logits
+        # llama_get_logits_ith returning the address as an int (a private function object: llama_cpp's own keeps
+        # its POINTER(c_float) result type), and a float32 view per address seen (no view built per token)
+        self._logits_addr: Any = llama_cpp.llama_cpp._lib["llama_get_logits_ith"]
+        self._logits_addr.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        self._logits_addr.restype = ctypes.c_void_p
+        self._views: dict[int, np.ndarray[Any, np.dtype[np.float32]]] = {}
         self._pieces: dict[tuple[int, bool], bytes] = {}  # token_to_piece, memoised (the vocabulary is fixed)
         self._logits_type: Any = ctypes.c_float * self.n_vocab
         self._closed = False
@@ -279,13 +287,18 @@ class Engine:
             raise ContextOverflow(pos + n, self.n_ctx)
         b = self._batch
         b.n_tokens = n
-        token, position, logits = b.token, b.pos, b.logits  # (n_seq_id and seq_id are set once, in __init__)
-        for i, t in enumerate(tokens):
-            token[i] = t
-            position[i] = pos + i
-            logits[i] = logits_all
-        if logits_last:
-            b.logits[n - 1] = 1
+        token, position, logits = self._b_token, self._b_pos, self._b_logits  # (n_seq_id, seq_id: set in __init__)
+        if n == 1:  # the decode loop's step
+            token[0] = tokens[0]
+            position[0] = pos
+            logits[0] = logits_all or logits_last
+        else:
+            for i, t in enumerate(tokens):
+                token[i] = t
+                position[i] = pos + i
+                logits[i] = logits_all
+            if logits_last:
+                logits[n - 1] = 1
         rc = int(llama_cpp.llama_decode(self.ctx, b))
         if rc != 0:
             raise LlamaDecodeError(rc)
@@ -293,14 +306,17 @@ class Engine:
     def argmax(self, idx: int = -1) -> int:
         """The token with the highest logit at output `idx` (-1: the last), read in place without a copy;
         -1 when that is not one token (the highest logit is tied or NaN) or there are no such logits."""
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, idx)
-        addr = ctypes.cast(ptr, ctypes.c_void_p).value
+        addr = self._logits_addr(self.ctx, idx)
         if not addr:
             return -1
-        logits = np.frombuffer(self._logits_type.from_address(addr), dtype=np.float32)
-        tok = int(logits.argmax())
+        logits = self._views.get(addr)
+        if logits is None:  # a view of the n_vocab floats at this address (valid whenever llama.cpp returns it)
+            if len(self._views) >= 4 * self.n_batch:
+                self._views.clear()
+            logits = self._views[addr] = np.frombuffer(self._logits_type.from_address(addr), dtype=np.float32)
+        tok = int(logits.argmax())  # the first highest logit (the first NaN if there is one)
         top = logits[tok]
-        if top != top or np.count_nonzero(logits == top) != 1:
+        if top != top or (tok + 1 < self.n_vocab and logits[tok + 1 :].max() == top):  # NaN, or a tie after it
             return -1
         return tok
 
