@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -14,9 +15,10 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import SlotBackend, SlotStats
+from runtime.backend.protocol import ModelInfo, SlotBackend, SlotStats
 from runtime.config import EngineConfig, EngineOptions, LoopOptions, RuntimeConfig
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.llama import hub
 from runtime.log import get_logger
 from runtime.loop import validate as v
 from runtime.loop.context import ContextPolicy
@@ -158,6 +160,8 @@ class Runtime(SessionOps):
         reasoning_budget_message: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         reasoning_format: str | None = None,
+        hf: str | None = None,
+        hf_file: str | None = None,
         **engine_options: Unpack[EngineOptions],
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -184,7 +188,18 @@ class Runtime(SessionOps):
         reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message,
         chat_template_kwargs and reasoning_format ("auto" splits, "none" keeps the reasoning in the text): the
         defaults of every turn (a session's or a request's own values win; `runtime.reasoning.options`).
+        hf "ORG/REPO[:QUANT]" (instead of model) and hf_file: a GGUF downloaded from the Hugging Face hub into
+        its cache, chosen as llama-server's `-hf`/`--hf-file` choose it (`runtime.llama.hub`; the `hub` extra).
+        Hardware (engine options, llama-server's flags): n_gpu_layers (-ngl; -1 all), type_k/type_v (-ctk/-ctv:
+        f16, bf16, q8_0, q4_0, ...), flash_attn (-fa: True, False or "auto"), use_mmap, use_mlock.
         """
+        source = None
+        if hf is not None or hf_file is not None:
+            if model is not None:
+                raise InvalidConfig("model and hf are two sources for the model: give one")
+            if hf is None:
+                raise InvalidConfig("hf_file needs hf (the repository)")
+            source = hub.parse_repo(hf, hf_file)
         controls = reasoning_options(
             reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs, reasoning_format
         )
@@ -204,6 +219,8 @@ class Runtime(SessionOps):
         )
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
+        if source is not None:
+            config = dataclasses.replace(config, model=await anyio.to_thread.run_sync(hub.download, source))
         from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
 
         thread = SlotThread()  # built where it will run: llama.cpp's threads belong to the calling thread
@@ -451,6 +468,11 @@ class Runtime(SessionOps):
             disk=self.backend.disk_stats(),
             sessions=self.store.count(),
         )
+
+    def model_info(self) -> ModelInfo:
+        """The model and the hardware settings it runs with: GPU layers offloaded (0 on a CPU build), KV cache
+        types, flash attention, mmap/mlock, threads (what `/v1/models` reports in its `meta`)."""
+        return self.backend.model_info()
 
 
 __all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError"]

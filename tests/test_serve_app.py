@@ -198,7 +198,12 @@ async def test_models_health_metrics_and_404() -> None:
         async with client(make_app(rt, model_name="tiny")) as c:
             models = (await c.get("/v1/models")).json()
             assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
-            assert models["data"][0]["meta"] == {"n_ctx": 400}
+            meta = models["data"][0]["meta"]
+            assert (
+                meta["n_ctx"] == 400
+                and meta["n_gpu_layers"] == 0
+                and (meta["type_k"], meta["type_v"]) == ("f16", "f16")
+            )
             await c.post("/v1/chat/completions", json={"messages": HI})
             await c.post("/v1/chat/completions", json={"messages": HI, "n": 3})
             text = (await c.get("/metrics")).text

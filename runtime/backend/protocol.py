@@ -16,12 +16,13 @@ import msgspec
 
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
+from runtime.backend.info import ModelInfo
 from runtime.reasoning import BudgetSpec, ReasoningFormat
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
-__all__ = ["GrammarSpec", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]
+__all__ = ["GrammarSpec", "ModelInfo", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,10 @@ class SlotBackend(Protocol):
 
     def disk_stats(self) -> DiskTierStats | None:
         """The disk tier's counters (`DiskTier.stats`, which never waits for a write), or None without one."""
+        ...
+
+    def model_info(self) -> ModelInfo:
+        """The model and the hardware settings it runs with (read from memory, at any time)."""
         ...
 
     def close(self) -> None:

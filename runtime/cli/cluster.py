@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from runtime.cli import reasoning
+from runtime.cli import hardware, reasoning
 
 __all__ = ["add_arguments", "check_arguments", "run"]
 
@@ -66,6 +66,7 @@ def open_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str,
         "policy": args.policy,
         "max_queued": args.max_queued,
         **(reasoning.open_keywords(args) if hasattr(args, "reasoning_budget") else {}),
+        **(hardware.engine_keywords(args) if hasattr(args, "type_k") else {}),
     }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
-from runtime.cli import cluster, reasoning
+from runtime.cli import cluster, hardware, reasoning
 from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
@@ -38,8 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="several API keys, one a line as 'NAME: KEY' (or a bare KEY, named keyN after its line); "
         "blank lines and '#' comments are skipped. Each key is a tenant: its sessions are its own",
     )
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "-c", "--ctx", "--ctx-size", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)"
+    )
     p.add_argument("--batch", type=int, default=2048, metavar="N", help="logical batch size (default 2048)")
     p.add_argument("--ubatch", type=int, default=512, metavar="N", help="physical batch size (default 512)")
     p.add_argument(
@@ -73,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stored responses' size limit (256 MiB; in --data-dir/responses when given)",
     )
     reasoning.add_arguments(p)
+    hardware.add_arguments(p)
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -94,6 +97,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     if args.disk_limit < 0:
         p.error("--disk-limit must be >= 0")
     reasoning.check_arguments(p, args)
+    hardware.check_arguments(p, args)
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
@@ -136,6 +140,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             max_queued=args.max_queued,
             session_store=args.session_store,
             **reasoning.open_keywords(args),
+            **hardware.engine_keywords(args),
             **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
         )
 

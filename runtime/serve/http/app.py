@@ -114,7 +114,7 @@ def build(
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
-        meta = {"n_ctx": rt.backend.n_ctx} if rt is not None else None
+        meta = msgspec.structs.asdict(rt.model_info()) if rt is not None else None
         body = ModelList(data=[ModelCard(id=state.model, created=int(state.started), meta=meta)])
         return Response(msgspec.json.encode(body), media_type="application/json")
 
