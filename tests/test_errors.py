@@ -70,7 +70,7 @@ def test_errors_live_in_one_module_but_for_the_http_response_and_test_harnesses(
         if e.__module__ != "runtime.errors" and not e.__name__.startswith("_")
     )
     assert elsewhere == [  # the HTTP adapter's own signals and response, and the test harnesses' failures
-        "runtime.serve.http.chat.ClientGone",
+        "runtime.serve.http.chat.endpoint.ClientGone",
         "runtime.serve.http.errors.ApiError",
         "runtime.testing.llama_server.LlamaServerError",
         "runtime.testing.process.ServeProcessError",

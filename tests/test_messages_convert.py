@@ -1,4 +1,4 @@
-"""The Messages API's conversion (runtime.serve.http.anthropic) and event stream (anthropic_sse), without a
+"""The Messages API's conversion (runtime.serve.http.messages.convert) and event stream (anthropic_sse), without a
 model: requests to Runtime.complete's messages and options, replies to Anthropic's message and events, and
 the endpoints in-process on the scripted backend (sessions in the key's namespace, errors' shape)."""
 
@@ -15,9 +15,9 @@ from runtime import Runtime
 from runtime.reasoning import Reasoning, by_name
 from runtime.reply import Reply, Timings, Usage
 from runtime.serve.http import app as make_app
-from runtime.serve.http.anthropic import MessagesRequest, from_request, message_body
-from runtime.serve.http.anthropic_sse import MessageEvents
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.messages.convert import MessagesRequest, from_request, message_body
+from runtime.serve.http.messages.stream import MessageEvents
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 from sessions.model import ToolCall

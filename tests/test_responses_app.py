@@ -15,7 +15,7 @@ import pytest
 from runtime import Runtime
 from runtime.reasoning import by_name
 from runtime.serve.http import app as make_app
-from runtime.serve.http.responses_store import ResponseStore
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
 

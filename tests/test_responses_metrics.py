@@ -15,7 +15,7 @@ import pytest
 
 from runtime import Runtime
 from runtime.serve.http import app as make_app
-from runtime.serve.http.responses_store import KeyStats, Record, ResponseStore
+from runtime.serve.http.responses.store import KeyStats, Record, ResponseStore
 from runtime.serve.http.tenants import Keyring
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore

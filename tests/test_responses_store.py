@@ -12,7 +12,7 @@ import pytest
 
 from runtime.errors import InvalidConfig, ResponseNotFound
 from runtime.log import capture_logs
-from runtime.serve.http.responses_store import Record, ResponseStore
+from runtime.serve.http.responses.store import Record, ResponseStore
 
 
 def rec(n: int, session: str = "s1", upto: int = 2, tenant: str = "a", pad: int = 0) -> Record:

@@ -1,4 +1,4 @@
-"""The tool-format table: one line per vendored template that renders tools or tool calls (README, "Tool-call
+"""The tool-format table: one line per vendored template that renders tools or tool calls (docs/tools.md, "Tool-call
 formats"; regenerate with `pytest -s tests/test_tool_formats_table.py`), and the checks behind it.
 
 For each template: the family `detect_format` finds; its cases of tests/tool_cases.py that pass (parse and
@@ -216,7 +216,7 @@ def table(rows: list[Row]) -> str:
 
 
 def test_print_the_table(rows: list[Row]) -> None:
-    print("\n" + table(rows))  # the README's table, regenerated with -s
+    print("\n" + table(rows))  # the table in docs/tools.md, regenerated with -s
     assert len(rows) >= 45
 
 

@@ -27,7 +27,7 @@ from runtime.backend.protocol import SlotRequest, SlotResult
 from runtime.log import capture_logs
 from runtime.reasoning import by_name
 from runtime.serve.http import app as make_app
-from runtime.serve.http.responses_store import ResponseStore
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.server import bind, serve
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore

@@ -151,7 +151,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
     if args.replicas is not None:
         return await cluster.run(args, options)
-    from runtime.serve.http.responses_store import ResponseStore
+    from runtime.serve.http.responses.store import ResponseStore
     from runtime.serve.http.server import serve
 
     def ready(url: str) -> None:

@@ -5,10 +5,10 @@
     GET  /health                200 when ready, 503 while loading or closing (no API key needed)
     GET  /metrics               Prometheus text: queue, requests by outcome, tokens, cache loads, state bytes
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
-    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages)
+    POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages.endpoint)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
     POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
-                                (runtime.serve.http.responses; `responses`: its store, default in memory)
+                                (runtime.serve.http.responses.endpoint; `responses`: its store, default in memory)
 
 With `api_key` or a `keyring` (`--api-key-file`: several keys, each its own tenant), every path but
 /health wants `Authorization: Bearer <key>` or `x-api-key: <key>` (compared in constant time; 401 in the
@@ -31,14 +31,14 @@ from runtime.api import Runtime
 from runtime.errors import InvalidConfig
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.http import metrics
-from runtime.serve.http.chat import ChatEndpoint, send_error
+from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http.chat.schema import ModelCard, ModelList
 from runtime.serve.http.errors import ApiError, is_anthropic
-from runtime.serve.http.messages import PATHS as MESSAGES_PATHS
-from runtime.serve.http.messages import routes as messages_routes
-from runtime.serve.http.responses import PATHS as RESPONSES_PATHS
-from runtime.serve.http.responses import ResponsesApi
-from runtime.serve.http.responses_store import ResponseStore
-from runtime.serve.http.schema import ModelCard, ModelList
+from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
+from runtime.serve.http.messages.endpoint import routes as messages_routes
+from runtime.serve.http.responses.endpoint import PATHS as RESPONSES_PATHS
+from runtime.serve.http.responses.endpoint import ResponsesApi
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.session_routes import PATHS as SESSION_PATHS
 from runtime.serve.http.session_routes import routes as session_routes
 from runtime.serve.http.state import ServeState

@@ -24,7 +24,7 @@ from runtime.errors import (
     Unavailable,
 )
 from runtime.log import get_logger
-from runtime.serve.http.schema import ErrorBody, ErrorResponse
+from runtime.serve.http.chat.schema import ErrorBody, ErrorResponse
 
 __all__ = ["RETRY_AFTER_SECONDS", "ApiError", "is_anthropic", "to_api_error"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runtime.serve.http.responses_store import ResponseStore
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 
 __all__ = ["CONTENT_TYPE", "render"]

@@ -26,7 +26,7 @@ from runtime.api import Runtime
 from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
-from runtime.serve.http.responses_store import ResponseStore
+from runtime.serve.http.responses.store import ResponseStore
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Keyring
 

@@ -21,7 +21,7 @@ import msgspec
 from starlette.routing import Route
 
 from runtime.api import Runtime
-from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
+from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.state import ServeState
 

@@ -1,6 +1,6 @@
 """POST /v1/messages and POST /v1/messages/count_tokens: the Anthropic Messages API as plain ASGI endpoints.
 
-They behave as the chat completions endpoint (runtime.serve.http.chat): the body read with its size
+They behave as the chat completions endpoint (runtime.serve.http.chat.endpoint): the body read with its size
 checked, a client that leaves cancels its request (nothing is committed), a streamed request waits for
 its first piece before the response starts (so early errors get their status), and every error is in
 Anthropic's shape. Stateless unless an `X-Session-Id` header names a session (in the tenant's namespace):
@@ -28,12 +28,12 @@ from runtime.loop import validate
 from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send, header
-from runtime.serve.http import anthropic
-from runtime.serve.http.anthropic import CountRequest, MessagesCall, MessagesRequest
-from runtime.serve.http.anthropic_sse import MessageEvents
-from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
+from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.messages import convert as anthropic
+from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
+from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.watch import Phase, run_watched

@@ -7,7 +7,7 @@ as a `Record` in the `ResponseStore`; `previous_response_id` continues it: the h
 session store (only the new input travels), the KV state from the slot, RAM or disk like any returning
 conversation. The newest revision of a session is continued in place; any other (an earlier response, or
 a second continuation of the same one) branches into a new session with the prefix, so a parent's history
-never changes (`runtime.serve.http.responses_store`). `store: false` keeps nothing. Another tenant's ids,
+never changes (`runtime.serve.http.responses.store`). `store: false` keeps nothing. Another tenant's ids,
 like unknown and evicted ones, are 404.
 
 `instructions` are the system prompt of this request only (as OpenAI's: not carried over by
@@ -33,13 +33,13 @@ from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reply import Reply, ToolCallDelta
 from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http import responses_convert as rc
-from runtime.serve.http.chat import ClientGone, read_body, send_bytes, send_error
+from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
-from runtime.serve.http.responses_schema import ResponsesRequest
-from runtime.serve.http.responses_store import Record, ResponseStore
-from runtime.serve.http.responses_stream import EventWriter
+from runtime.serve.http.responses import convert as rc
+from runtime.serve.http.responses.schema import ResponsesRequest
+from runtime.serve.http.responses.store import Record, ResponseStore
+from runtime.serve.http.responses.stream import EventWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
 from runtime.serve.http.watch import Phase, run_watched

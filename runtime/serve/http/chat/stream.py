@@ -18,9 +18,9 @@ import msgspec
 from runtime.reasoning import Reasoning
 from runtime.reply import Reply
 from runtime.reply import ToolCallDelta as CallPiece
-from runtime.serve.http import convert
+from runtime.serve.http.chat import convert
+from runtime.serve.http.chat.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
 
 __all__ = ["DONE", "ChunkWriter"]
 

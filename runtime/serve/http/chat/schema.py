@@ -3,7 +3,7 @@ its stream chunks, the model list and the error object.
 
 Decoding a request checks every known field's type (a wrong type is a 400); unknown fields are ignored,
 as OpenAI's clients send more than a server needs. Conversion to the Runtime's arguments is in
-`runtime.serve.http.convert`.
+`runtime.serve.http.chat.convert`.
 """
 
 from __future__ import annotations

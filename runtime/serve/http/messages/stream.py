@@ -25,8 +25,8 @@ import msgspec
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
 from runtime.reply import Reply, ToolCallDelta
-from runtime.serve.http import anthropic
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.messages import convert as anthropic
 from runtime.tools.calls import canonical_arguments
 
 __all__ = ["MessageEvents"]

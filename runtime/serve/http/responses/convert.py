@@ -21,7 +21,7 @@ from runtime.errors import BadInput
 from runtime.grammar import schema_for
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.responses_schema import (
+from runtime.serve.http.responses.schema import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,

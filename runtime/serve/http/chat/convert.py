@@ -16,8 +16,7 @@ from typing import Any
 import msgspec
 
 from runtime.reply import Reply
-from runtime.serve.http.errors import ApiError
-from runtime.serve.http.schema import (
+from runtime.serve.http.chat.schema import (
     ChatChoice,
     ChatMessage,
     ChatRequest,
@@ -28,6 +27,7 @@ from runtime.serve.http.schema import (
     ToolCall,
     Usage,
 )
+from runtime.serve.http.errors import ApiError
 from runtime.serve.http.speculation import speculative_option
 
 __all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]

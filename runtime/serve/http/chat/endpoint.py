@@ -22,12 +22,12 @@ from runtime.log import get_logger
 from runtime.loop.stream import Piece
 from runtime.reply import Reply
 from runtime.serve.asgi import Receive, Scope, Send, header
-from runtime.serve.http import convert
-from runtime.serve.http.convert import Call
+from runtime.serve.http.chat import convert
+from runtime.serve.http.chat.convert import Call
+from runtime.serve.http.chat.schema import ChatRequest
+from runtime.serve.http.chat.stream import ChunkWriter
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import relay
-from runtime.serve.http.schema import ChatRequest
-from runtime.serve.http.sse import ChunkWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.watch import Phase, run_watched

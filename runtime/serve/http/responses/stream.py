@@ -27,8 +27,8 @@ import msgspec
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
 from runtime.reply import ToolCallDelta
-from runtime.serve.http import responses_convert as rc
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.responses import convert as rc
 
 __all__ = ["EventWriter"]
 
