@@ -18,6 +18,7 @@ from runtime.config import EngineConfig
 from runtime.errors import InvalidConfig, ModelLoadError
 from runtime.llama.engine import Engine
 from runtime.log import capture_logs
+from runtime.testing.tiny_models import write_llama
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = {"temperature": 0.0, "max_tokens": 4}
@@ -111,6 +112,26 @@ async def test_state_of_another_kv_type_is_refused_after_restart(smollm2_path: P
     async with Runtime.open(smollm2_path, **opts, **Q8) as rt:  # type: ignore[arg-type]
         r = await rt.chat("s", "And three trees.", **GEN)  # its own q8_0 state is loaded from disk
     assert r.cache_source == "disk" and r.usage.cached_tokens > 0
+
+
+async def test_the_same_ram_holds_twice_the_q8_0_states(tmp_path: Path) -> None:
+    """Ten conversations of ~830 tokens through a 1 MiB RAM cache: four f16 states fit, eight q8_0 ones (a q8_0
+    cell of this model is 148 bytes against 268). The model's heads are 32 wide, so q8_0 fits them."""
+    model = write_llama(tmp_path / "heads32.gguf", n_head=2, n_ctx=2048)
+    held: dict[str, tuple[int, int]] = {}
+    for kv in ("f16", "q8_0"):
+        async with Runtime.open(model, n_ctx=2048, n_threads=1, cache_ram_mib=1, type_k=kv, type_v=kv) as rt:
+            for i in range(10):
+                words = " ".join(f"w{i}x{j}" for j in range(150))
+                await rt.create_session(f"s{i}", system=f"conversation {i} {words}")
+                r = await rt.chat(f"s{i}", "hello there", **GEN)
+                assert r.usage.prompt_tokens == 837 and r.usage.cached_tokens <= 18  # "<|im_start|>system\nconversation "
+            st = rt.stats().slot
+        held[kv] = (st.ram_entries, st.ram_bytes)
+        assert st.ram_bytes <= 1 << 20
+    assert held["f16"][0] == 4 and held["q8_0"][0] == 8
+    per_state = {kv: n_bytes / n for kv, (n, n_bytes) in held.items()}
+    assert 0.53 < per_state["q8_0"] / per_state["f16"] < 0.56
 
 
 def test_cli_flags_reach_the_engine(tiny_llama: Path) -> None:
