@@ -125,7 +125,7 @@ async def test_the_same_ram_holds_twice_the_q8_0_states(tmp_path: Path) -> None:
                 words = " ".join(f"w{i}x{j}" for j in range(150))
                 await rt.create_session(f"s{i}", system=f"conversation {i} {words}")
                 r = await rt.chat(f"s{i}", "hello there", **GEN)
-                assert r.usage.prompt_tokens == 837 and r.usage.cached_tokens <= 18  # "<|im_start|>system\nconversation "
+                assert r.usage.prompt_tokens == 837 and r.usage.cached_tokens <= 18  # a shared head only
             st = rt.stats().slot
         held[kv] = (st.ram_entries, st.ram_bytes)
         assert st.ram_bytes <= 1 << 20
@@ -150,3 +150,18 @@ def test_cli_flags_reach_the_engine(tiny_llama: Path) -> None:
     assert r.returncode == 2 and "invalid choice: 'q3_k'" in r.stderr
     r = subprocess.run([*cmd, "-ctk", "q8_0"], input="hi\n", capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert r.returncode == 2 and "does not divide n_embd_head_k=16" in r.stderr
+
+
+def test_gpu_check_stops_on_a_cpu_build(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks gpu-check` asks the build first: this one cannot offload, so it stops (exit 2)."""
+    from benchmarks import gpu_check
+
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main([])
+    assert stopped.value.code == 2
+    assert "CANNOT offload" in capsys.readouterr().out
+    steps = dict(gpu_check.steps(99, None, "/bin/llama-server", "/tmp/out", quick=True))
+    assert list(steps) == ["parity oracle", "interleaved", "pressure f16 + q8_0", "restart", "long-restart", "swap"]
+    for name, cmd in steps.items():
+        assert name == "parity oracle" or cmd[cmd.index("-ngl") + 1] == "99"
+    assert steps["pressure f16 + q8_0"][-2:] == ["--cache-type", "f16,q8_0"]
