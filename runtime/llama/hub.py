@@ -126,21 +126,20 @@ def _cached_files(hub: Any, repo: str) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-def _repo_files(hub: Any, source: HubSource) -> tuple[list[str], bool]:
-    """(the repository's files, whether they came from the hub rather than the cache)."""
+def _repo_files(hub: Any, source: HubSource) -> tuple[list[str], str]:
+    """(the repository's files, "" when they came from the hub, else why they came from the cache)."""
     errors = hub.errors
-    if not hub.constants.HF_HUB_OFFLINE:
-        try:
-            return list(hub.list_repo_files(source.repo)), True
-        except errors.GatedRepoError:
-            raise ModelLoadError(f"hf:{source}", "the repository is gated: accept its terms and set HF_TOKEN") from None
-        except errors.RepositoryNotFoundError:
-            raise ModelLoadError(
-                f"hf:{source}", "no such repository on the hub (a private one needs HF_TOKEN)"
-            ) from None
-        except (errors.HfHubHTTPError, OSError) as e:  # the hub is unreachable or failing: the cache may do
-            log.warning("hub.unreachable", repo=source.repo, error=str(e).splitlines()[0][:200])
-    return _cached_files(hub, source.repo), False
+    if hub.constants.HF_HUB_OFFLINE:
+        return _cached_files(hub, source.repo), "HF_HUB_OFFLINE is set"
+    try:
+        return list(hub.list_repo_files(source.repo)), ""
+    except errors.GatedRepoError:
+        raise ModelLoadError(f"hf:{source}", "the repository is gated: accept its terms and set HF_TOKEN") from None
+    except errors.RepositoryNotFoundError:
+        raise ModelLoadError(f"hf:{source}", "no such repository on the hub (a private one needs HF_TOKEN)") from None
+    except Exception as e:  # the hub is unreachable (httpx's errors, after the client's retries) or failing
+        log.warning("hub.unreachable", repo=source.repo, error=str(e).splitlines()[0][:200])
+        return _cached_files(hub, source.repo), "the hub could not be reached"
 
 
 def download(source: HubSource) -> Path:
@@ -148,9 +147,10 @@ def download(source: HubSource) -> Path:
     (all parts of a split model; the path of the first). `ModelLoadError` when the repository, the file or
     the network fails; blocking."""
     hub = _hub()
-    files, online = _repo_files(hub, source)
+    files, cached = _repo_files(hub, source)
+    online = not cached
     if not files:
-        where = "the hub cache has no copy of it and HF_HUB_OFFLINE is set" if not online else "it holds no files"
+        where = f"the hub cache has no copy of it and {cached}" if cached else "the repository holds no files"
         raise ModelLoadError(f"hf:{source}", f"no GGUF to load: {where}")
     if source.file is not None:
         chosen = source.file if source.file in files else None
@@ -167,7 +167,7 @@ def download(source: HubSource) -> Path:
         try:
             paths.append(Path(hub.hf_hub_download(source.repo, name, local_files_only=not online)))
         except hub.errors.LocalEntryNotFoundError:
-            raise ModelLoadError(f"hf:{source}", f"{name} is not in the hub cache and HF_HUB_OFFLINE is set") from None
+            raise ModelLoadError(f"hf:{source}", f"{name} is not in the hub cache and {cached}") from None
         except (hub.errors.HfHubHTTPError, OSError) as e:
             raise ModelLoadError(f"hf:{source}", f"downloading {name} failed: {str(e).splitlines()[0]}") from None
     log.info("hub.ready", repo=source.repo, file=chosen, path=str(paths[0]))
