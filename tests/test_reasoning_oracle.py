@@ -68,11 +68,6 @@ KNOWN = {  # templates where llama-server's answer differs (not a llama-server b
 }
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # one event loop is enough: the comparison is with the server
-
-
 def _server_stream(srv: LlamaServer, body: dict[str, Any]) -> tuple[str, str]:
     req = urllib.request.Request(
         srv.url + "/v1/chat/completions",

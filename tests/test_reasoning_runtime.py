@@ -5,8 +5,7 @@ export written before the field existed still imports."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -15,9 +14,10 @@ import pytest
 from runtime import Runtime
 from runtime.api import reasoning_options
 from runtime.errors import InvalidConfig, InvalidSampling
-from runtime.reasoning import Reasoning, ReasoningOptions, by_name
+from runtime.reasoning import Reasoning, by_name
 from runtime.testing import ScriptedBackend
-from sessions import MemoryStore, history
+from sessions import history
+from tests.conftest import Scripted
 
 pytestmark = pytest.mark.anyio
 
@@ -26,14 +26,12 @@ def thinker(messages: Sequence[dict[str, Any]]) -> str:
     return f"<think> about {messages[-1]['content']} </think> answer to {messages[-1]['content']}"
 
 
-@asynccontextmanager
-async def scripted(reasoning: ReasoningOptions | None = None) -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
-    backend = ScriptedBackend(thinker, reasoning=by_name("think"))
-    async with Runtime.serve(backend, MemoryStore(), reasoning=reasoning) as rt:
-        yield rt, backend
+@pytest.fixture
+def scripted_backend() -> Callable[[], ScriptedBackend]:
+    return lambda: ScriptedBackend(thinker, reasoning=by_name("think"))
 
 
-async def test_the_reply_and_the_session_keep_reasoning_apart_from_the_answer() -> None:
+async def test_the_reply_and_the_session_keep_reasoning_apart_from_the_answer(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         reply = await rt.chat("a", "x")
         assert (reply.reasoning, reply.text) == ("about x", "answer to x")
@@ -45,7 +43,7 @@ async def test_the_reply_and_the_session_keep_reasoning_apart_from_the_answer() 
         assert s.chat_messages()[-1] == {"role": "assistant", "content": "answer to x", "reasoning_content": "about x"}
 
 
-async def test_stream_pieces_are_reasoning_then_plain_answer_text() -> None:
+async def test_stream_pieces_are_reasoning_then_plain_answer_text(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         items = [p async for p in rt.stream("a", "x y")]
         pieces = items[:-1]
@@ -57,7 +55,7 @@ async def test_stream_pieces_are_reasoning_then_plain_answer_text() -> None:
         assert items[-1].reasoning == "about x y" and items[-1].text == "answer to x y"  # type: ignore[union-attr]
 
 
-async def test_history_operations_and_export_keep_reasoning() -> None:
+async def test_history_operations_and_export_keep_reasoning(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         await rt.chat("a", "one")
         await rt.chat("a", "two")
@@ -91,7 +89,7 @@ OLD_EXPORT = (  # written before reasoning existed (no reasoning_content, sampli
 )
 
 
-async def test_an_export_written_before_reasoning_existed_still_imports() -> None:
+async def test_an_export_written_before_reasoning_existed_still_imports(scripted: Scripted) -> None:
     s = history.import_(OLD_EXPORT)
     assert [(m.role, m.content, m.reasoning) for m in s.messages] == [("user", "hi", ""), ("assistant", "hello", "")]
     assert s.sampling.temperature == 0.7 and s.sampling.reasoning is None
@@ -102,8 +100,8 @@ async def test_an_export_written_before_reasoning_existed_still_imports() -> Non
         assert reply.reasoning == "about again"
 
 
-async def test_controls_resolve_runtime_then_session_then_request() -> None:
-    async with scripted(reasoning_options("off", chat_template_kwargs={"x": 1})) as (rt, backend):
+async def test_controls_resolve_runtime_then_session_then_request(scripted: Scripted) -> None:
+    async with scripted(reasoning=reasoning_options("off", chat_template_kwargs={"x": 1})) as (rt, backend):
         await rt.chat("a", "m")
         assert backend.template_kwargs == {"x": 1, "enable_thinking": False}
         await rt.create_session("b", reasoning="on", chat_template_kwargs={"y": 2})
@@ -116,7 +114,7 @@ async def test_controls_resolve_runtime_then_session_then_request() -> None:
         assert backend.template_kwargs is None  # auto and no variables: the incremental render, nothing passed
 
 
-async def test_reasoning_format_none_keeps_the_reasoning_in_the_text() -> None:
+async def test_reasoning_format_none_keeps_the_reasoning_in_the_text(scripted: Scripted) -> None:
     async with scripted() as (rt, _):
         reply = await rt.chat("a", "x", reasoning_format="none")
         assert (reply.reasoning, reply.text) == ("", "<think> about x </think> answer to x")
@@ -137,7 +135,7 @@ async def test_reasoning_format_none_keeps_the_reasoning_in_the_text() -> None:
         ("reasoning_format", "deepseek-legacy"),
     ],
 )
-async def test_bad_controls_are_typed_errors_and_change_nothing(name: str, value: object) -> None:
+async def test_bad_controls_are_typed_errors_and_change_nothing(scripted: Scripted, name: str, value: object) -> None:
     async with scripted() as (rt, _):
         await rt.chat("a", "m")
         before = await rt.export("a")

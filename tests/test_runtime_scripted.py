@@ -3,8 +3,7 @@ gates (a turn held in the worker thread until the test opens it), no model and n
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -13,16 +12,10 @@ import pytest
 from runtime import QueueFull, Reply, RequestTimeout, Runtime, RuntimeClosed
 from runtime.testing import Gate, ScriptedBackend
 from sessions import MemoryStore
+from tests.conftest import Scripted
 
 
-@asynccontextmanager
-async def scripted(**kw: Any) -> AsyncIterator[tuple[Runtime, ScriptedBackend]]:
-    backend = ScriptedBackend()
-    async with Runtime.serve(backend, MemoryStore(), **kw) as rt:
-        yield rt, backend
-
-
-async def test_queue_full_is_immediate_and_creates_nothing() -> None:
+async def test_queue_full_is_immediate_and_creates_nothing(scripted: Scripted) -> None:
     async with scripted(max_queued=2) as (rt, backend), anyio.create_task_group() as tg:
         gate = backend.hold("a")
         tg.start_soon(rt.chat, "a", "runs")
@@ -38,7 +31,7 @@ async def test_queue_full_is_immediate_and_creates_nothing() -> None:
     assert backend.runs == ["a", "b", "c"]
 
 
-async def test_timeout_of_a_running_turn_leaves_no_trace() -> None:
+async def test_timeout_of_a_running_turn_leaves_no_trace(scripted: Scripted) -> None:
     async with scripted() as (rt, backend):
         await rt.chat("e", "before")
         before = rt.store.export("e")
@@ -52,7 +45,7 @@ async def test_timeout_of_a_running_turn_leaves_no_trace() -> None:
         assert (await rt.chat("e", "after")).text == "echo: after"
 
 
-async def test_close_finishes_the_running_turn_and_fails_queued_ones() -> None:
+async def test_close_finishes_the_running_turn_and_fails_queued_ones(scripted: Scripted) -> None:
     failed: list[BaseException] = []
 
     async def victim(rt: Runtime) -> None:
@@ -79,7 +72,7 @@ async def test_close_finishes_the_running_turn_and_fails_queued_ones() -> None:
     assert backend.closed
 
 
-async def test_cancelled_queued_and_running_turns_leave_no_trace() -> None:
+async def test_cancelled_queued_and_running_turns_leave_no_trace(scripted: Scripted) -> None:
     async with scripted() as (rt, backend):
         gate = backend.hold("run")
         async with anyio.create_task_group() as tg:
@@ -143,7 +136,7 @@ async def test_cancel_during_commit_commits_nothing(when: str) -> None:
         assert (await rt.chat("c", "third")).revision == 2
 
 
-async def test_a_stream_closed_before_its_reply_commits_nothing() -> None:
+async def test_a_stream_closed_before_its_reply_commits_nothing(scripted: Scripted) -> None:
     async with scripted() as (rt, _backend):
         async with aclosing(rt.stream("s", "one two three")) as it:
             async for item in it:
@@ -155,7 +148,7 @@ async def test_a_stream_closed_before_its_reply_commits_nothing() -> None:
         assert rt.store.get("s").revision == 1
 
 
-async def test_the_event_loop_runs_while_a_turn_runs() -> None:
+async def test_the_event_loop_runs_while_a_turn_runs(scripted: Scripted) -> None:
     ticks = 0
     async with scripted() as (rt, backend), anyio.create_task_group() as tg:
         gate = backend.hold("t")

@@ -6,27 +6,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
 import httpx2 as httpx
 import pytest
 
-from runtime import Reply, Runtime
+from runtime import Reply
 from runtime.errors import SessionNotFound
 from runtime.serve.http import app as make_app
 from runtime.testing import ScriptedBackend
-from sessions import MemoryStore
+from tests.conftest import Scripted
 
 HI = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}]
 
 
-@asynccontextmanager
-async def scripted() -> AsyncIterator[Runtime]:
-    async with Runtime.serve(ScriptedBackend(n_ctx=400), MemoryStore(), max_queued=1) as runtime:
-        yield runtime
+@pytest.fixture
+def scripted_backend() -> Callable[[], ScriptedBackend]:
+    return lambda: ScriptedBackend(n_ctx=400)
 
 
 def client(application: Any) -> httpx.AsyncClient:
@@ -46,8 +44,8 @@ def error_of(r: httpx.Response) -> dict[str, Any]:
     return err
 
 
-async def test_chat_completion_shape() -> None:
-    async with scripted() as rt:
+async def test_chat_completion_shape(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         r = await post(make_app(rt), {"model": "anything", "messages": HI, "max_tokens": 5})
         assert r.status_code == 200
         body = r.json()
@@ -68,8 +66,8 @@ async def test_chat_completion_shape() -> None:
         assert again["timings"]["cache_n"] == prompt - 1
 
 
-async def test_sampling_fields_reach_the_runtime() -> None:
-    async with scripted() as rt:
+async def test_sampling_fields_reach_the_runtime(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         r = await post(make_app(rt), {"messages": HI, "max_completion_tokens": 2, "max_tokens": 50, "stop": "x"})
         assert r.json()["choices"][0] == {
             "index": 0,
@@ -93,8 +91,8 @@ async def test_sampling_fields_reach_the_runtime() -> None:
         assert (await post(make_app(rt), {"messages": HI, **fields})).status_code == 200
 
 
-async def test_stream_chunks_and_usage() -> None:
-    async with scripted() as rt:
+async def test_stream_chunks_and_usage(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         async with client(make_app(rt)) as c:
             body = {"messages": HI, "stream": True, "stream_options": {"include_usage": True}}
             r = await c.post("/v1/chat/completions", json=body)
@@ -111,8 +109,8 @@ async def test_stream_chunks_and_usage() -> None:
         assert len({c["id"] for c in chunks}) == 1
 
 
-async def test_stream_without_usage_ends_with_the_finish_chunk() -> None:
-    async with scripted() as rt:
+async def test_stream_without_usage_ends_with_the_finish_chunk(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         r = await post(make_app(rt), {"messages": HI, "stream": True})
         events = [e for e in r.text.split("\n\n") if e]
         assert events[-1] == "data: [DONE]"
@@ -141,8 +139,8 @@ async def test_stream_without_usage_ends_with_the_finish_chunk() -> None:
         ({"messages": [{"role": "user", "content": "x" * 500}]}, "messages", "context_length_exceeded"),
     ],
 )
-async def test_bad_input_is_400(body: Any, param: str | None, code: str | None) -> None:
-    async with scripted() as rt:
+async def test_bad_input_is_400(scripted: Scripted, body: Any, param: str | None, code: str | None) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         for stream in (False, True):
             payload = body if isinstance(body, bytes) or not isinstance(body, dict) else {**body, "stream": stream}
             r = await post(make_app(rt), payload)
@@ -153,8 +151,8 @@ async def test_bad_input_is_400(body: Any, param: str | None, code: str | None) 
         assert await rt.list_sessions() == []
 
 
-async def test_text_content_parts_are_joined() -> None:
-    async with scripted() as rt:
+async def test_text_content_parts_are_joined(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         parts = [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]
         r = await post(
             make_app(rt), {"messages": [{"role": "developer", "content": "x"}, {"role": "user", "content": parts}]}
@@ -162,8 +160,8 @@ async def test_text_content_parts_are_joined() -> None:
         assert r.json()["choices"][0]["message"]["content"] == "echo: hi there"
 
 
-async def test_api_key() -> None:
-    async with scripted() as rt:
+async def test_api_key(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         application = make_app(rt, api_key="s3cret")
         async with client(application) as c:
             assert (await c.get("/health")).status_code == 200  # public
@@ -176,8 +174,8 @@ async def test_api_key() -> None:
         assert rt.stats().scheduler.submitted == 1
 
 
-async def test_body_over_the_limit_is_413() -> None:
-    async with scripted() as rt:
+async def test_body_over_the_limit_is_413(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         application = make_app(rt, max_body_bytes=100)
         big = json.dumps({"messages": [{"role": "user", "content": "x" * 200}]}).encode()
         r = await post(application, big)
@@ -193,8 +191,8 @@ async def test_body_over_the_limit_is_413() -> None:
         assert rt.stats().scheduler.submitted == 0
 
 
-async def test_models_health_metrics_and_404() -> None:
-    async with scripted() as rt:
+async def test_models_health_metrics_and_404(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         async with client(make_app(rt, model_name="tiny")) as c:
             models = (await c.get("/v1/models")).json()
             assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
@@ -230,8 +228,8 @@ async def test_loading_is_503() -> None:
         assert "turnstile_ready 0" in (await c.get("/metrics")).text
 
 
-async def test_session_header_or_user_names_a_session() -> None:
-    async with scripted() as rt:
+async def test_session_header_or_user_names_a_session(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         application = make_app(rt)
         r = await post(application, {"messages": HI, "user": "ignored"}, {"X-Session-Id": "s1"})
         assert r.status_code == 200
@@ -249,8 +247,8 @@ async def test_session_header_or_user_names_a_session() -> None:
         assert sorted(await rt.list_sessions()) == ["s1", "u2"]
 
 
-async def test_queue_full_is_429_and_closing_is_503() -> None:
-    async with scripted() as rt:
+async def test_queue_full_is_429_and_closing_is_503(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         backend = rt.backend
         assert isinstance(backend, ScriptedBackend)
         gate = backend.hold("a")
@@ -285,8 +283,8 @@ async def test_queue_full_is_429_and_closing_is_503() -> None:
         assert (await post(application, {"messages": HI})).status_code == 503
 
 
-async def test_request_timeout_is_504() -> None:
-    async with scripted() as rt:
+async def test_request_timeout_is_504(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         backend = rt.backend
         assert isinstance(backend, ScriptedBackend)
         backend.hold("slow")  # never opened: the request can only end by its timeout
@@ -346,8 +344,8 @@ class RawClient:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_client_that_leaves_while_running_stops_its_request(stream: bool) -> None:
-    async with scripted() as rt:
+async def test_a_client_that_leaves_while_running_stops_its_request(scripted: Scripted, stream: bool) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         backend = rt.backend
         assert isinstance(backend, ScriptedBackend)
         application = make_app(rt)
@@ -365,8 +363,8 @@ async def test_a_client_that_leaves_while_running_stops_its_request(stream: bool
         assert application.state.turnstile.disconnects == 1
 
 
-async def test_a_client_that_leaves_while_queued_is_removed() -> None:
-    async with scripted() as rt:
+async def test_a_client_that_leaves_while_queued_is_removed(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         backend = rt.backend
         assert isinstance(backend, ScriptedBackend)
         application = make_app(rt)
@@ -389,8 +387,8 @@ async def test_a_client_that_leaves_while_queued_is_removed() -> None:
         assert await rt.list_sessions() == ["a"]
 
 
-async def test_a_client_that_leaves_mid_stream_commits_nothing() -> None:
-    async with scripted() as rt:
+async def test_a_client_that_leaves_mid_stream_commits_nothing(scripted: Scripted) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         backend = rt.backend
         assert isinstance(backend, ScriptedBackend)
         words = " ".join(f"w{i}" for i in range(50))
@@ -420,9 +418,10 @@ async def test_a_client_that_leaves_mid_stream_commits_nothing() -> None:
 
 
 async def test_tool_fields_that_ask_for_nothing_are_dropped_and_unknown_formats_are_400(
+    scripted: Scripted,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async with scripted() as rt:
+    async with scripted(max_queued=1) as (rt, _):
         seen: list[dict[str, Any]] = []
         real = rt.complete
 
@@ -450,8 +449,8 @@ async def test_tool_fields_that_ask_for_nothing_are_dropped_and_unknown_formats_
         assert len(seen) == 1  # refused before the Runtime was called
 
 
-async def test_tool_fields_are_passed_to_the_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
-    async with scripted() as rt:
+async def test_tool_fields_are_passed_to_the_runtime(scripted: Scripted, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with scripted(max_queued=1) as (rt, _):
         seen: dict[str, Any] = {}
         real = rt.complete
 

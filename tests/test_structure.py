@@ -1,12 +1,17 @@
 """The package structure as rules over the import graph, and imports that stay light.
 
-- no import cycles between the project's modules (every import counts, also one inside a function, except
-  those under `if TYPE_CHECKING:`);
+- no import cycles between the project's modules (every import counts: one inside a function, and one under
+  `if TYPE_CHECKING:` too; a type-only need is met by a small protocol where it is used);
 - only `runtime.llama` imports `llama_cpp` (and `caches.llama_cache`, which is the llama_cache API for
   llama-cpp-python users);
 - the event-loop side (`runtime.loop`) imports neither the slot (`runtime.slot`) nor `runtime.llama`,
   nor the llama backend;
 - `runtime.errors` and `runtime.log` import nothing of the project but each other (every package uses them);
+- the HTTP and cluster adapters (`runtime.serve`) reach the model only through the `Runtime`: none imports
+  the backend, the slot, `runtime.llama` or a session store;
+- only `runtime.cache_rules` compares cache-rules names: the rest read its named behaviours;
+- tool calling (`runtime.tools`) is pure: none of the loop, the backend, the slot, llama.cpp, the Runtime or
+  the server;
 - `import runtime`, `import runtime.tools`, `import runtime.serve.cluster.affinity` and `turnstile --help`
   leave `llama_cpp` out of `sys.modules`.
 """
@@ -30,21 +35,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST, package: str) -> set[str]:
+    """Every module `tree` imports: at the top, inside functions, and under `if TYPE_CHECKING:`."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -131,6 +126,36 @@ def test_the_event_loop_side_imports_neither_the_slot_nor_llama() -> None:
     assert "llama_cpp" not in set().union(*(GRAPH[m] for m in GRAPH if _within(m, "runtime.loop")))
 
 
+def test_the_graph_counts_imports_under_type_checking() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runtime.api import Runtime\n")
+    assert "runtime.api" in _imports(tree, "runtime.loop")
+
+
+STORES = ("sessions.store", "sessions.base", "sessions.disk", "sessions.raw_disk", "sessions.redis", "sessions")
+
+
+def test_serve_adapters_reach_the_model_only_through_the_runtime() -> None:
+    forbidden = ("runtime.backend", "runtime.slot", "runtime.llama")
+    bad = {
+        m: sorted(d for d in deps if any(_within(d, p) for p in forbidden) or d in STORES)
+        for m, deps in GRAPH.items()
+        if _within(m, "runtime.serve")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+    assert "runtime.api" in GRAPH["runtime.serve.http.state"]  # the graph sees the adapters
+
+
+def test_the_tools_are_pure() -> None:
+    """runtime/tools/README.md: tool calling imports the pure packages only."""
+    forbidden = ("runtime.loop", "runtime.backend", "runtime.slot", "runtime.llama", "runtime.api", "runtime.serve")
+    bad = {
+        m: sorted(d for d in deps if any(_within(d, p) for p in forbidden) or d == "llama_cpp")
+        for m, deps in GRAPH.items()
+        if _within(m, "runtime.tools")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
 def test_errors_and_log_are_leaves() -> None:
     assert GRAPH["runtime.errors"] == set()
     assert GRAPH["runtime.log"] <= {"runtime.errors"}
@@ -169,3 +194,27 @@ def test_turnstile_help_leaves_llama_cpp_out() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "usage" in out.stdout and out.stderr.strip().endswith("ok")
+
+
+def _compares_a_rules_name(node: ast.AST) -> bool:
+    """`x == "turnstile"`, `"llama-server" != y`, `x in CACHE_RULES` and the like: a string test of cache rules."""
+    if not isinstance(node, ast.Compare):
+        return False
+    names = {"turnstile", "llama-server"}
+    operands = [node.left, *node.comparators]
+    strings = {o.value for o in operands if isinstance(o, ast.Constant) and isinstance(o.value, str)}
+    named = {o.id if isinstance(o, ast.Name) else o.attr for o in operands if isinstance(o, ast.Name | ast.Attribute)}
+    return bool(strings & names) or bool(named & {"CACHE_RULES", "cache_rules"})
+
+
+def test_only_the_cache_rules_module_compares_cache_rules_names() -> None:
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if _module_name(path) == "runtime.cache_rules":
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree) if _compares_a_rules_name(n)]
+    assert found == []
+    rules = ast.parse((ROOT / "runtime" / "cache_rules.py").read_text())
+    assert any(_compares_a_rules_name(n) for n in ast.walk(rules))  # the check sees the one place that does

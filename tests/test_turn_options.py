@@ -159,12 +159,13 @@ async def test_edit_refuses_two_constraints_and_changes_nothing() -> None:
 
 
 async def test_serve_takes_a_config_and_loop_overrides() -> None:
-    config = RuntimeConfig(policy="affinity", max_queued=3, context="window")
+    config = RuntimeConfig.build(policy="affinity", max_queued=3, context="window")
     async with Runtime.serve(ScriptedBackend(), MemoryStore(), config) as rt:
         assert rt.config is config  # no overrides: the very config, not a checked copy
         assert (rt.scheduler.policy.name, rt.scheduler.max_queued, rt._turns.context) == ("affinity", 3, "window")
     async with Runtime.serve(ScriptedBackend(), MemoryStore(), config, max_queued=7) as rt:
-        assert (rt.config.policy, rt.config.max_queued, rt.config.context) == ("affinity", 7, "window")
+        scheduler = rt.config.scheduler
+        assert (scheduler.policy, scheduler.max_queued, rt.config.context) == ("affinity", 7, "window")
         assert rt.scheduler.max_queued == 7
 
 
@@ -183,7 +184,7 @@ async def test_bad_loop_settings_are_config_errors(options: LoopOptions) -> None
         async with Runtime.serve(backend, MemoryStore(), **options):
             pass  # pragma: no cover
     with pytest.raises(InvalidConfig):
-        RuntimeConfig(**options)
+        RuntimeConfig.build(**options)
     assert not backend.closed  # refused before the runtime took the backend
 
 
@@ -191,7 +192,7 @@ async def test_bad_loop_settings_are_config_errors(options: LoopOptions) -> None
     ("cache_ram_mib", "limit"), [(0, None), (-1, 0), (5, 5 << 20)], ids=["off", "no limit", "5 MiB"]
 )
 def test_the_ram_limit_is_derived_once(cache_ram_mib: int, limit: int | None) -> None:
-    config = RuntimeConfig(cache_ram_mib=cache_ram_mib, disk_limit_mib=3)
+    config = RuntimeConfig.build(cache_ram_mib=cache_ram_mib, disk_limit_mib=3).cache
     assert (config.ram_limit, config.disk_limit_bytes) == (limit, 3 << 20)
-    default = RuntimeConfig().ram_limit
+    default = RuntimeConfig().cache.ram_limit
     assert default is not None and 0 < default <= 8192 << 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 
@@ -14,11 +15,11 @@ __all__ = ["uvicorn_server"]
 
 
 @asynccontextmanager
-async def uvicorn_server(open_runtime: OpenRuntime, *, ready_within: float = 60) -> AsyncIterator[str]:
-    """The server's URL once it listens; the server stops (and closes its Runtime) on exit."""
+async def uvicorn_server(open_runtime: OpenRuntime, *, ready_within: float = 60, **options: Any) -> AsyncIterator[str]:
+    """The server's URL once it listens; the server stops (and closes its Runtime) on exit. `options`: serve()'s."""
     sock, ready = bind("127.0.0.1", 0), anyio.Event()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve(open_runtime, sock=sock, on_ready=lambda _url: ready.set()))
+        tg.start_soon(lambda: serve(open_runtime, sock=sock, on_ready=lambda _url: ready.set(), **options))
         with anyio.fail_after(ready_within):
             await ready.wait()
         try:

@@ -47,7 +47,7 @@ class LlamaBackend:
         opened is logged and left out, the documented fallback) and make the slot. Blocking: run it in a worker
         thread. What it made is freed again if a later step fails."""
         engine = Engine(config.model if config.model is not None else default_model_path(), config.engine)
-        disk: DiskTier | None = None
+        cache, disk = config.cache, None
         try:
             if config.data_dir is not None:
                 directory = config.data_dir / "states"
@@ -56,21 +56,21 @@ class LlamaBackend:
                         directory,
                         fingerprint=engine.fingerprint,
                         settings=engine.settings_key,
-                        limit_bytes=config.disk_limit_bytes,
+                        limit_bytes=cache.disk_limit_bytes,
                         # shared blocks on disk too: part 1 of `SlotState.parts()` is the sequence state
                         blocks=None
-                        if config.shared_blocks is None
-                        else DiskBlocks(memory_of(str(engine.kind), engine.n_swa), config.shared_blocks, part=1),
+                        if cache.shared_blocks is None
+                        else DiskBlocks(memory_of(str(engine.kind), engine.n_swa), cache.shared_blocks, part=1),
                     )
                 except DiskTierUnavailable as e:
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
             slot = Slot(
                 engine,
-                cache_ram_bytes=config.ram_limit,
+                cache_ram_bytes=cache.ram_limit,
                 disk=disk,
-                cache_rules=config.cache_rules,
+                cache_rules=cache.rules,
                 speculative=config.speculative,
-                shared_blocks=config.shared_blocks,
+                shared_blocks=cache.shared_blocks,
             )
         except BaseException:
             try:

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from runtime.cli import hardware, reasoning
+from runtime.config import RuntimeConfig
 
 __all__ = ["add_arguments", "check_arguments", "run"]
 
@@ -48,34 +48,12 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--scripted does not run on Ray")
 
 
-def open_options(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
-    """What each replica passes to `Runtime.open` (as `turnstile serve` opens its one Runtime)."""
-    data_dir = args.data_dir.resolve() if args.data_dir is not None else None
-    return {
-        "model": str(Path(options["model"]).resolve()),
-        "data_dir": str(data_dir) if data_dir is not None else None,
-        "n_ctx": args.ctx,
-        "n_threads": args.threads,
-        "n_threads_batch": args.threads,
-        "n_batch": args.batch,
-        "n_ubatch": args.ubatch,
-        "cache_ram_mib": args.cache_ram,
-        "disk_limit_mib": args.disk_limit,
-        "cache_rules": args.cache_rules,
-        "speculative": "ngram" if getattr(args, "spec", "none") == "ngram" else None,
-        "policy": args.policy,
-        "max_queued": args.max_queued,
-        **(reasoning.open_keywords(args) if hasattr(args, "reasoning_budget") else {}),
-        **(hardware.engine_keywords(args) if hasattr(args, "type_k") else {}),
-    }
-
-
-async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
+async def run(args: argparse.Namespace, options: dict[str, Any], config: RuntimeConfig) -> int:
     """Deploy, print the ready line, wait for SIGTERM / SIGINT, then delete the application."""
     from runtime.serve.cluster import ray as cluster
 
     app = cluster.application(
-        open_options(args, options),
+        config,
         replicas=args.replicas,
         routing=args.routing,
         session_store=args.session_store,

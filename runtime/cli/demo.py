@@ -169,7 +169,7 @@ class RoundTable:
             await rt.create_session(f"demo-{p.name}", system=p.system, **self.sampling)
         names = ", ".join(self.label(i) for i in range(len(personas)))
         rounds = f"{args.rounds} round{'s' if args.rounds != 1 else ''}"
-        self.out.write(f"Round table on {args.topic}: {names} ({rt.backend.name}, {rounds})\n")
+        self.out.write(f"Round table on {args.topic}: {names} ({rt.model_name}, {rounds})\n")
         started = time.perf_counter()
         heard: dict[str, list[tuple[str, str]]] = {p.name: [] for p in personas}
         for rnd in range(1, args.rounds + 1):

@@ -1,7 +1,8 @@
 """`turnstile serve`: the Runtime behind an OpenAI-compatible HTTP API (needs the `serve` extra).
 
 Binds 127.0.0.1:8080 unless told otherwise; `--port 0` lets the OS pick a port. Once the model is loaded
-it prints one line, `turnstile serve: listening on http://HOST:PORT (model NAME)`, on stdout. The API
+it prints `turnstile serve: listening on http://HOST:PORT (model NAME)` and the web page's address
+(`turnstile serve: web page at http://HOST:PORT/`) on stdout. The API
 key comes from `--api-key` or the TURNSTILE_API_KEY environment variable (which keeps it out of `ps`);
 `--api-key-file PATH` gives several keys, each its own tenant (runtime.serve.http.tenants). The key file
 is read before the model is loaded: a damaged line stops the command (exit 2) with its line number.
@@ -18,6 +19,7 @@ from typing import Any
 
 from runtime.api import Runtime
 from runtime.cli import cluster, hardware, reasoning
+from runtime.config import RuntimeConfig
 from runtime.types import CACHE_RULES
 
 DEFAULT_PORT = 8080
@@ -116,33 +118,38 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
     cluster.check_arguments(p, args)
 
 
+def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> RuntimeConfig:
+    """The one `RuntimeConfig` the flags give (for one Runtime, or for each replica: paths made absolute)."""
+    return RuntimeConfig.build(
+        model=Path(options["model"]).resolve(),
+        data_dir=args.data_dir.resolve() if args.data_dir is not None else None,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        n_batch=args.batch,
+        n_ubatch=args.ubatch,
+        cache_ram_mib=args.cache_ram,
+        disk_limit_mib=args.disk_limit,
+        cache_rules=args.cache_rules,
+        speculative="ngram" if args.spec == "ngram" else None,
+        policy=args.policy,
+        max_queued=args.max_queued,
+        **reasoning.open_keywords(args),
+        **hardware.engine_keywords(args),
+        **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
+    )
+
+
 def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
     if args.scripted:
         from runtime.testing import ScriptedBackend
         from sessions import MemoryStore
 
         return lambda: Runtime.serve(ScriptedBackend(), MemoryStore(), policy=args.policy, max_queued=args.max_queued)
+    config = runtime_config(args, options)
 
     def open_runtime() -> AbstractAsyncContextManager[Runtime]:
-        return Runtime.open(
-            options["model"],
-            data_dir=args.data_dir,
-            n_ctx=args.ctx,
-            n_threads=args.threads,
-            n_threads_batch=args.threads,
-            n_batch=args.batch,
-            n_ubatch=args.ubatch,
-            cache_ram_mib=args.cache_ram,
-            disk_limit_mib=args.disk_limit,
-            cache_rules=args.cache_rules,
-            speculative="ngram" if args.spec == "ngram" else None,
-            policy=args.policy,
-            max_queued=args.max_queued,
-            session_store=args.session_store,
-            **reasoning.open_keywords(args),
-            **hardware.engine_keywords(args),
-            **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
-        )
+        return Runtime.open(config=config, session_store=args.session_store)
 
     return open_runtime
 
@@ -150,12 +157,13 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
 async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Serve until SIGTERM or Ctrl-C; 0 after a clean drain."""
     if args.replicas is not None:
-        return await cluster.run(args, options)
+        return await cluster.run(args, options, runtime_config(args, options))
     from runtime.serve.http.responses.store import ResponseStore
     from runtime.serve.http.server import serve
 
     def ready(url: str) -> None:
         sys.stdout.write(f"turnstile serve: listening on {url} (model {name})\n")
+        sys.stdout.write(f"turnstile serve: web page at {url}/ (chat, agents room, engine view)\n")
         sys.stdout.flush()
 
     name = args.model_name or ("scripted" if args.scripted else Path(options["model"]).name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import llama_cpp
 import numpy as np
@@ -19,8 +19,23 @@ from runtime.errors import InvalidGrammar, InvalidRequest
 from runtime.grammar.tokens import token_literals
 from sessions import Sampling
 
-if TYPE_CHECKING:
-    from runtime.llama.engine import Engine
+
+class Engine(Protocol):
+    """What the sampler reads of an engine (`runtime.llama.engine.Engine`): its vocabulary and its logits."""
+
+    vocab: Any  # the llama_vocab pointer
+    ctx: Any  # the llama_context pointer
+    n_vocab: int
+    n_ctx: int
+
+    def eog_tokens(self) -> list[int]: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def token_to_piece(self, token: int, *, special: bool = ...) -> bytes: ...
+
+    def argmax(self, idx: int = -1) -> int: ...
+
 
 _DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a random seed
 

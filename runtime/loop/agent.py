@@ -11,7 +11,8 @@ model answers with what it has (small models loop otherwise).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol, Unpack
 
 import anyio.to_thread
 import msgspec
@@ -19,14 +20,26 @@ import msgspec
 from runtime.errors import InvalidRequest, MaxStepsExceeded
 from runtime.log import get_logger
 from runtime.loop import validate as v
-from runtime.loop.options import SamplingOptions, ToolChoiceArg, ToolsArg, check_sampling_options
+from runtime.loop.options import SamplingOptions, ToolChoiceArg, ToolsArg, TurnOptions, check_sampling_options
 from runtime.reply import Reply, Step
 from runtime.tools import Tool, ToolCall, ToolChoice, as_tools, result_text
 
-if TYPE_CHECKING:
-    from runtime.api import Runtime
-
 log = get_logger(__name__)
+
+
+class Chats(Protocol):
+    """What the agent loop needs of the Runtime: something that chats (and regenerates a reply)."""
+
+    async def chat(
+        self,
+        session_id: str,
+        message: str | None = None,
+        *,
+        tool_results: Mapping[str, Any] | None = None,
+        **options: Unpack[TurnOptions],
+    ) -> Reply: ...
+
+    async def regenerate(self, session_id: str, **options: Unpack[TurnOptions]) -> Reply: ...
 
 
 async def call_tool(tool: Tool, call: ToolCall) -> Step:
@@ -47,7 +60,7 @@ async def call_tool(tool: Tool, call: ToolCall) -> Step:
 
 
 async def run_agent(
-    rt: Runtime,
+    rt: Chats,
     session_id: str,
     message: str,
     tools: ToolsArg,

@@ -114,6 +114,7 @@ class Scheduler:
         self._max_skips = 0
         self._n = _Counters()
         self._held: dict[str, Job[Any]] = {}  # session -> its job whose commit its caller has not taken yet
+        self._submitted = anyio.Event()  # set (and replaced) on each submit: watchers of an idle engine wake
 
     # --- callers ------------------------------------------------------------------------------------
 
@@ -133,6 +134,8 @@ class Scheduler:
         self._n.submitted += 1
         log.info("request.queued", request_id=job.id, session_id=session_id, kind=str(kind), depth=self._n_queued)
         self._wake.set()
+        self._submitted.set()
+        self._submitted = anyio.Event()
         return job
 
     async def wait(self, job: Job[T], timeout: float | None = None) -> T:
@@ -284,6 +287,19 @@ class Scheduler:
 
     def __len__(self) -> int:
         return self._n_queued
+
+    def waiting(self) -> list[Job[Any]]:
+        """The queued jobs in arrival order (a copy; the policy may still run them in another order)."""
+        return sorted((job for q in self._queues.values() for job in q), key=lambda j: j.arrival)
+
+    @property
+    def busy(self) -> bool:
+        """A job runs or waits, or the idle work after the last one is still due."""
+        return self._running is not None or self._n_queued > 0 or self._idle_due
+
+    async def wait_submitted(self) -> None:
+        """Wait until the next job is submitted."""
+        await self._submitted.wait()
 
     def stats(self) -> SchedulerStats:
         n = self._n

@@ -17,9 +17,10 @@ from typing import Any
 import msgspec
 import structlog
 
-from runtime.backend.protocol import SlotBackend, SlotRequest, SlotResult
+from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
+from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.scheduler import Job
@@ -27,6 +28,7 @@ from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
 from runtime.reply import Reply, Timings, Usage
 from runtime.tools import reply_seed
+from runtime.tools.plan import ToolPlan
 from runtime.types import RequestKind, speculation_flag
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
@@ -75,6 +77,7 @@ class TurnRunner:
         self._in_slot = slot_call
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
+        self.activity = Activity()  # the running request's phase, for watchers (Runtime.engine_view)
 
     async def run(self, job: Job[Reply], turn: Turn) -> Reply:
         sid = job.session_id
@@ -175,6 +178,27 @@ class TurnRunner:
             return history.edit(session, turn.index, turn.message)
         return history.regenerate_base(session)
 
+    def count(self, conversation: Session, overrides: dict[str, Any], tools: ToolPlan | None) -> int:
+        """Worker thread: the token count of the prompt a turn answering `conversation` renders (all of it: no
+        context window), with the turn's reasoning controls and tools. Renders for no session (nothing kept)."""
+        sampling = conversation.sampling.with_overrides(**overrides) if overrides else conversation.sampling
+        variables = self._controls(sampling).template_variables(self.backend.reasoning_format())
+        return len(self._render_whole(conversation.chat_messages(), variables, tools, spans=False).tokens)
+
+    def _controls(self, sampling: Sampling) -> ReasoningOptions:
+        """The turn's reasoning controls: the turn's or the session's, over the runtime's."""
+        return ReasoningOptions.from_values({n: getattr(sampling, n) for n in REASONING_FIELDS}, self.reasoning)
+
+    def _render_whole(
+        self, messages: list[dict[str, Any]], variables: dict[str, Any], tools: ToolPlan | None, *, spans: bool = True
+    ) -> RenderedChat:
+        """The whole conversation rendered for no session (with the tools' plan, when tools are offered)."""
+        if tools is None:
+            return self.backend.prepare(messages, spans=spans, template_kwargs=variables or None)
+        plan = tools.render_plan(messages)
+        kwargs = {**variables, **(plan.kwargs or {})}
+        return self.backend.prepare(plan.messages, spans=spans, tools=plan.tools, template_kwargs=kwargs or None)
+
     def _run_in_slot(
         self,
         job: Job[Reply],
@@ -188,15 +212,14 @@ class TurnRunner:
         """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
         the result and the reply's text split into reasoning and answer (streamed as split)."""
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
+            self.activity.start(job.id)
             messages = pending.chat_messages()
             fmt = self.backend.reasoning_format()
-            opts = ReasoningOptions.from_values({n: getattr(sampling, n) for n in REASONING_FIELDS}, self.reasoning)
+            opts = self._controls(sampling)
             variables = opts.template_variables(fmt)
             tools = turn.constraints.tools
             if tools is not None:  # tools: the whole history (the window does not cut turns that offer tools)
-                plan = tools.render_plan(messages)
-                kwargs = {**variables, **(plan.kwargs or {})}
-                rendered = self.backend.prepare(plan.messages, tools=plan.tools, template_kwargs=kwargs or None)
+                rendered = self._render_whole(messages, variables, tools)
                 dropped = 0
             else:
                 prompt = self.window.prepare(
@@ -215,6 +238,7 @@ class TurnRunner:
                     pieces.feed(parts)
 
             def on_piece(piece: str) -> None:
+                self.activity.piece(job.id)
                 if first[0]:
                     first[0] = False
                     log.info("request.first_token")
@@ -227,6 +251,7 @@ class TurnRunner:
                 user_starts=rendered.user_starts,
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_prefill=lambda done, total: self.activity.prefill(job.id, done, total),
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,
@@ -234,7 +259,10 @@ class TurnRunner:
                 budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
             )
-            result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            try:
+                result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
+            finally:
+                self.activity.stop(job.id)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())

@@ -24,6 +24,7 @@ from caches.prompt_cache import PromptCache
 from caches.tiered import TieredCache
 from caches.tokens import lcp
 from runtime.backend.protocol import SlotRequest, SlotResult, SlotStats
+from runtime.cache_rules import CacheRuleSet
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
@@ -41,7 +42,7 @@ from runtime.slot.state import (
     make_room,
 )
 from runtime.slot.stops import StopMatcher
-from runtime.types import CACHE_RULES, SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
+from runtime.types import SPECULATIVE, CacheRules, CacheSource, FinishReason, Speculative
 
 log = get_logger(__name__)
 
@@ -79,18 +80,15 @@ class Slot:
         similarity: float = 0.1,
         max_checkpoints: int = N_CTX_CHECKPOINTS,
         checkpoint_min_step: int = CHECKPOINT_MIN_STEP,
-        cache_rules: CacheRules = "turnstile",
+        cache_rules: CacheRules | CacheRuleSet = "turnstile",
         shared_blocks: int | None = None,
         speculative: Speculative = None,
     ) -> None:
-        if cache_rules not in CACHE_RULES:
-            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {cache_rules!r}")
+        rules = CacheRuleSet.named(cache_rules)
         if speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {speculative!r}")
         self.engine = engine
-        # "llama-server": its prompt cache exactly (a load removes the entry); "turnstile": the same, except
-        # that an entry the new prompt uses only in part stays cached for the conversation it belongs to
-        self.cache_rules: CacheRules = cache_rules
+        self.rules = rules  # what the cache rules do (runtime.cache_rules)
         # shared_blocks: the RAM cache holds states as blocks of that many cells, each shared prefix once
         # (the rules see whole sizes, as before); None: whole copies
         self.blocks = (
@@ -99,20 +97,18 @@ class Slot:
             else None
         )
         self._memory = memory_of(str(engine.kind), engine.n_swa)
-        # turnstile's rules with shared blocks: the limits count what the entries hold together
-        held = held_by_entries if self.blocks is not None and cache_rules == "turnstile" else None
+        held = held_by_entries if self.blocks is not None and rules.count_shared_bytes else None
         ram: PromptCache[AnyState] | None = (
             PromptCache(cache_ram_bytes, engine.n_ctx, held=held) if cache_ram_bytes is not None else None
         )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
-        # "turnstile": every turn takes the longest state any tier holds when it is worth its load (lookup.py)
-        self.lookup = TurnstileLookup(can_truncate=not self.max_checkpoints) if cache_rules == "turnstile" else None
+        self.lookup = TurnstileLookup(can_truncate=not self.max_checkpoints) if rules.longest_state else None
         self.cache = TieredCache(
             ram,
             disk,
             StateCodec(self.blocks),
             similarity=similarity,
-            retain_partial=cache_rules == "turnstile",
+            retain_partial=rules.retain_partial,
             lookup=self.lookup,
         )
         self.checkpoint_min_step = checkpoint_min_step
@@ -122,8 +118,7 @@ class Slot:
         # n-gram speculation: only where a drafted suffix can be dropped again (a transformer KV cache)
         self.speculative: Speculative = speculative
         self.ngram = NgramIndex()  # mirrors `tokens` (synced before each decode), so it follows swaps
-        # "turnstile": a reply's last sampled token is evaluated after the reply went out (commit.py)
-        self.last = LastToken(engine, on=cache_rules == "turnstile")
+        self.last = LastToken(engine, on=rules.defer_last_token)
 
     def stats(self) -> SlotStats:
         n, c = self._n, self.cache.stats()
@@ -255,7 +250,9 @@ class Slot:
                     raise _Cancelled from None
                 raise
             self.tokens.extend(batch)
-        if do_ckpt_model and self.cache_rules == "turnstile":
+            if req.on_prefill is not None:
+                req.on_prefill(len(self.tokens), n_prompt)
+        if do_ckpt_model and self.rules.checkpoint_prompt_end:
             self._checkpoint_at_end(req, n_prompt)
 
     def _checkpoint_at_end(self, req: SlotRequest, n_prompt: int) -> None:
@@ -337,6 +334,8 @@ class Slot:
         elif source is None:
             source = "slot"
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        if req.on_prefill is not None:
+            req.on_prefill(n_past, len(prompt))
         self._n.requests += 1
         self._n.prompt_tokens += len(prompt)
         self._n.cached_tokens += n_past
@@ -407,7 +406,7 @@ class Slot:
         """The request's drafter over the conversation's n-gram index (synced to `tokens`), or None (always
         under llama-server's rules: those are the parity runs, whatever the request asks)."""
         on = self.speculative is not None if req.speculative is None else req.speculative
-        if not on or self.cache_rules == "llama-server" or not self.engine.can_truncate:
+        if not on or not self.rules.speculation or not self.engine.can_truncate:
             return None
         self.ngram.sync(self.tokens)
         return Drafter(self.ngram, ends=self.engine.is_eog)

@@ -1,6 +1,6 @@
 """Several runtimes on Ray Serve, acting as one OpenAI-compatible service (needs the `cluster` extra).
 
-    app = application({"model": path, "n_threads": 1}, replicas=2, session_store="redis://host:6379/0")
+    app = application(RuntimeConfig.build(model=path, n_threads=1), replicas=2, session_store="redis://host:6379/0")
     url = start(app, host="127.0.0.1", port=8000)          # a local Ray instance unless ray_address is given
 
 Two deployments. `TurnstileReplica` (N replicas, each with its own resources, e.g. one GPU) opens a
@@ -32,6 +32,7 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.exceptions import DeploymentUnavailableError
 
 from runtime.api import Runtime
+from runtime.config import RuntimeConfig
 from runtime.errors import InvalidConfig
 from runtime.log import get_logger
 from runtime.serve.cluster.affinity import DEFAULT_LOAD_FACTOR, DEFAULT_SLACK
@@ -67,19 +68,21 @@ _ROOT = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
 class TurnstileReplica:
     """One Runtime (one slot, its RAM cache and disk tier) behind the HTTP app, called by the ingress."""
 
-    async def __init__(self, open_options: dict[str, Any], app_options: dict[str, Any]) -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self, config: RuntimeConfig, session_store: str | None, app_options: dict[str, Any]
+    ) -> None:
         self.replica = serve.get_replica_context().replica_id.unique_id
         self._stop = asyncio.Event()
         opened: asyncio.Future[Runtime] = asyncio.get_running_loop().create_future()
-        self._holder = asyncio.ensure_future(self._hold(open_options, opened))
+        self._holder = asyncio.ensure_future(self._hold(config, session_store, opened))
         self.runtime = await opened
         self.app = make_app(self.runtime, **app_options)
-        log.info("replica.ready", replica=self.replica, model=self.runtime.backend.name)
+        log.info("replica.ready", replica=self.replica, model=self.runtime.model_name)
 
-    async def _hold(self, open_options: dict[str, Any], opened: asyncio.Future[Runtime]) -> None:
+    async def _hold(self, config: RuntimeConfig, session_store: str | None, opened: asyncio.Future[Runtime]) -> None:
         """Keep the Runtime open (in one task: its task group lives here) until the replica stops."""
         try:
-            async with Runtime.open(**open_options) as rt:
+            async with Runtime.open(config=config, session_store=session_store) as rt:
                 opened.set_result(rt)
                 await self._stop.wait()
         except BaseException as e:
@@ -127,7 +130,7 @@ class TurnstileIngress:
 
 
 def application(
-    open_options: Mapping[str, Any],
+    config: RuntimeConfig | Mapping[str, Any],
     *,
     replicas: int = 2,
     routing: Routing = "affinity",
@@ -142,16 +145,15 @@ def application(
     load_factor: float = DEFAULT_LOAD_FACTOR,
     slack: int = DEFAULT_SLACK,
 ) -> serve.Application:
-    """The Ray Serve application: `replicas` runtimes opened with `Runtime.open(**open_options)`.
+    """The Ray Serve application: `replicas` runtimes opened with `Runtime.open(config=config)` (a mapping: the
+    settings of `RuntimeConfig.build`, checked here, before anything is deployed).
 
     `session_store`: a Redis URL every replica keeps its sessions in (else each keeps its own, as
     `Runtime.open` would). `max_ongoing_requests`: requests a replica holds (running or queued in its
     Runtime) before the router looks elsewhere. `load_factor`, `slack`: the affinity router's load bound.
     """
     _check(replicas, routing, num_cpus_per_replica, num_gpus_per_replica, max_ongoing_requests, load_factor, slack)
-    options = {k: str(v) if isinstance(v, os.PathLike) else v for k, v in open_options.items()}
-    if session_store is not None:
-        options["session_store"] = session_store
+    settings = config if isinstance(config, RuntimeConfig) else RuntimeConfig.build(**config)
     app_options = {
         "api_key": api_key,
         "max_body_bytes": max_body_bytes,
@@ -169,7 +171,7 @@ def application(
             "request_router_kwargs": {"load_factor": load_factor, "slack": slack},
         }
         replica_options["request_router_config"] = RequestRouterConfig(**router)
-    replica = cast(Any, TurnstileReplica).options(**replica_options).bind(options, app_options)
+    replica = cast(Any, TurnstileReplica).options(**replica_options).bind(settings, session_store, app_options)
     ingress: serve.Application = (
         cast(Any, TurnstileIngress)
         .options(num_replicas=1, max_ongoing_requests=100_000, ray_actor_options={"num_cpus": 0})

@@ -23,7 +23,7 @@ import anyio
 from runtime.log import get_logger
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
 from runtime.serve.cluster.affinity import routing_key
-from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_error
+from runtime.serve.http.endpoint import ClientGone, read_body, send_error
 from runtime.serve.http.errors import ApiError
 
 __all__ = ["REPLICA_HEADER", "Forwarder", "drive", "forwarded_scope"]

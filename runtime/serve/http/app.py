@@ -7,6 +7,11 @@
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /v1/messages, /v1/messages/count_tokens   Anthropic's Messages API (runtime.serve.http.messages.endpoint)
     GET /v1/sessions, GET|DELETE /v1/sessions/{id}   the key's X-Session-Id sessions (.session_routes)
+    POST /v1/sessions, /v1/sessions/{id}/fork|undo|rename, GET .../export, POST /v1/sessions/import
+                                history operations on the key's sessions (.session_history)
+    GET /v1/engine/events       the engine's decisions for this key, as server-sent events (.engine_events)
+    POST /v1/rooms              an agents room (round table, debate) streamed as events (.rooms)
+    GET /, /ui/{file}           the web page (runtime.serve.web; no API key needed: it asks for one)
     POST /v1/responses, GET|DELETE /v1/responses/{id}, GET .../input_items   OpenAI's Responses API, stateful
                                 (runtime.serve.http.responses.endpoint; `responses`: its store, default in memory)
 
@@ -29,10 +34,12 @@ from starlette.routing import Route
 
 from runtime.api import Runtime
 from runtime.errors import InvalidConfig
+from runtime.serve import web
 from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
-from runtime.serve.http import metrics
-from runtime.serve.http.chat.endpoint import ChatEndpoint, send_error
+from runtime.serve.http import engine_events, metrics, rooms, session_history
+from runtime.serve.http.chat.endpoint import ChatEndpoint
 from runtime.serve.http.chat.schema import ModelCard, ModelList
+from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.messages.endpoint import PATHS as MESSAGES_PATHS
 from runtime.serve.http.messages.endpoint import routes as messages_routes
@@ -60,6 +67,10 @@ _PATHS = frozenset(
         *MESSAGES_PATHS,
         *SESSION_PATHS,
         *RESPONSES_PATHS,
+        *session_history.PATHS,
+        *engine_events.PATHS,
+        *rooms.PATHS,
+        "/",
     }
 )
 
@@ -144,6 +155,10 @@ def build(
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *session_routes(state),
+        *session_history.routes(state, max_body_bytes=max_body_bytes),
+        *engine_events.routes(state),
+        *rooms.routes(state, max_body_bytes=max_body_bytes),
+        *web.routes(),
         *ResponsesApi(
             state,
             store,
@@ -172,7 +187,7 @@ class _Auth:
         self.keyring = keyring
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS:
+        if scope["type"] == "http" and scope["path"] not in PUBLIC_PATHS and not web.is_public(scope["path"]):
             given = _token(scope)
             tenant = self.keyring.tenant(given)
             if tenant is None:

@@ -1,10 +1,10 @@
 """Run the app with uvicorn: bind first, answer 503 while the model loads, drain on SIGTERM.
 
-`serve(open_runtime, host=..., port=...)` binds the socket (port 0: the OS picks one), starts uvicorn,
-opens the Runtime (the model loads while /health says 503), then calls `on_ready(url)`. SIGTERM or
-SIGINT drains: the Runtime is closed at once, so queued requests get 503 while the running one finishes
-and its reply is sent; then the states are flushed to disk and the process returns normally. A second
-SIGINT stops without waiting.
+`serve(config, host=..., port=...)` (a `RuntimeConfig`, or a function that opens the Runtime) binds the
+socket (port 0: the OS picks one), starts uvicorn, opens the Runtime (the model loads while /health says 503),
+then calls `on_ready(url)`. SIGTERM or SIGINT drains: the Runtime is closed at once, so queued requests get
+503 while the running one finishes and its reply is sent; then the states are flushed to disk and the process
+returns normally. A second SIGINT stops without waiting.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import anyio
 import uvicorn
 
 from runtime.api import Runtime
+from runtime.config import RuntimeConfig
 from runtime.errors import BindError
 from runtime.log import get_logger
 from runtime.serve.http.app import DEFAULT_MAX_BODY_BYTES, build
@@ -90,7 +91,7 @@ class _Server(uvicorn.Server):
 
 
 async def serve(
-    open_runtime: OpenRuntime,
+    runtime: OpenRuntime | RuntimeConfig,
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
@@ -103,7 +104,10 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
-    """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised)."""
+    """Serve until SIGTERM / SIGINT (or until the Runtime fails to open, which is raised). `runtime`: the
+    config to open the Runtime with, or a function that opens it (`Runtime.open(config=..., session_store=...)`,
+    `Runtime.serve(...)` over a backend of your own)."""
+    open_runtime = _opener(runtime)
     state = ServeState(model_name=model_name)
     application = build(
         state,
@@ -142,11 +146,18 @@ async def serve(
                     on_ready(url)
                 await stop.wait()
                 state.closing = True
-                log.info("serve.draining", queued=rt.scheduler.stats().queued)
+                log.info("serve.draining", queued=rt.stats().scheduler.queued)
                 await rt.aclose()  # queued requests fail with RuntimeClosed (503); the running one finishes
         finally:
             server.should_exit = True
     log.info("serve.stopped")
+
+
+def _opener(runtime: OpenRuntime | RuntimeConfig) -> OpenRuntime:
+    if isinstance(runtime, RuntimeConfig):
+        config = runtime
+        return lambda: Runtime.open(config=config)
+    return runtime
 
 
 @contextlib.asynccontextmanager
@@ -159,6 +170,6 @@ async def _opened(open_runtime: OpenRuntime, server: _Server) -> AsyncIterator[R
         raise
 
 
-def run(open_runtime: OpenRuntime, **options: Any) -> None:
+def run(runtime: OpenRuntime | RuntimeConfig, **options: Any) -> None:
     """`serve` on a fresh event loop (blocking)."""
-    anyio.run(lambda: serve(open_runtime, **options))
+    anyio.run(lambda: serve(runtime, **options))

@@ -38,7 +38,7 @@ class ServeState:
     def model(self) -> str:
         if self.model_name:
             return self.model_name
-        return self.runtime.backend.name if self.runtime is not None else "turnstile"
+        return self.runtime.model_name if self.runtime is not None else "turnstile"
 
     def next_id(self) -> str:
         self._ids += 1

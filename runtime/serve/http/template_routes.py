@@ -16,12 +16,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio.to_thread
 import msgspec
 from starlette.routing import Route
 
 from runtime.api import Runtime
-from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
+from runtime.serve.http.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.state import ServeState
 
@@ -69,41 +68,30 @@ async def tokenize(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
     parts = [content] if isinstance(content, str) else content
     if not isinstance(parts, list) or not all(isinstance(p, str) or _int(p) for p in parts):
         raise ApiError.bad_request("'content' must be a string or a list of strings and token ids", param="content")
-    backend = rt.backend
-
-    def run() -> list[Any]:
-        tokens: list[int] = []
-        for i, p in enumerate(parts):
-            if isinstance(p, str):
-                tokens += backend.tokenize(p, add_special=add_special and i == 0, parse_special=parse_special)
-            else:
-                backend.token_piece(p)  # an id outside the vocabulary is a 400
-                tokens.append(p)
-        if not with_pieces:
-            return tokens
-        out: list[Any] = []
-        for t in tokens:
-            raw = backend.token_piece(t)
-            try:
-                piece: Any = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                piece = list(raw)
-            out.append({"id": t, "piece": piece})
-        return out
-
-    return {"tokens": await anyio.to_thread.run_sync(run)}
+    tokens: list[int] = []
+    for i, p in enumerate(parts):
+        if isinstance(p, str):
+            tokens += await rt.tokenize(p, add_special=add_special and i == 0, parse_special=parse_special)
+        else:
+            await rt.token_pieces([p])  # an id outside the vocabulary is a 400
+            tokens.append(p)
+    if not with_pieces:
+        return {"tokens": tokens}
+    out: list[Any] = []
+    for t, raw in zip(tokens, await rt.token_pieces(tokens), strict=True):
+        try:
+            piece: Any = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        out.append({"id": t, "piece": piece})
+    return {"tokens": out}
 
 
 async def detokenize(rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
     tokens = body.get("tokens", [])
     if not isinstance(tokens, list) or not all(_int(t) for t in tokens):
         raise ApiError.bad_request("'tokens' must be a list of token ids", param="tokens")
-    backend = rt.backend
-
-    def run() -> str:
-        return b"".join(backend.token_piece(t) for t in tokens).decode("utf-8", "replace")
-
-    return {"content": await anyio.to_thread.run_sync(run)}
+    return {"content": b"".join(await rt.token_pieces(tokens)).decode("utf-8", "replace")}
 
 
 class TemplateEndpoint:

@@ -24,7 +24,7 @@ import anyio.to_thread
 import msgspec
 
 from runtime.api import Runtime
-from runtime.config import EngineConfig, RuntimeConfig
+from runtime.config import RuntimeConfig
 from runtime.errors import SessionNotFound
 from runtime.llama.host import fingerprint_file
 from runtime.reply import Reply, ToolCallDelta
@@ -34,9 +34,6 @@ from sessions import MemoryStore, Session, history
 __all__ = ["Client", "Host", "Settings"]
 
 T = TypeVar("T")
-RUNTIME_OPTIONS = frozenset(
-    {"cache_ram_mib", "cache_rules", "context", "disk_limit_mib", "shared_blocks", "speculative"}
-)
 _SAMPLING = frozenset({"temperature", "top_k", "top_p", "min_p", "seed"})
 
 
@@ -51,12 +48,9 @@ class Settings:
     options: tuple[tuple[str, Any], ...] = ()
 
     def config(self, data_dir: Path | None) -> RuntimeConfig:
-        opts = dict(self.options)
-        runtime = {k: v for k, v in opts.items() if k in RUNTIME_OPTIONS}
-        engine = EngineConfig.from_options(
-            self.n_ctx, self.n_threads, {k: v for k, v in opts.items() if k not in runtime}
+        return RuntimeConfig.build(
+            model=self.model, data_dir=data_dir, n_ctx=self.n_ctx, n_threads=self.n_threads, **dict(self.options)
         )
-        return RuntimeConfig(model=self.model, data_dir=data_dir, engine=engine, **runtime)
 
 
 def _load(settings: Settings) -> Any:

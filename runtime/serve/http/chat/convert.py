@@ -188,6 +188,7 @@ def timings(reply: Reply) -> dict[str, Any]:
         "predicted_per_token_ms": predicted_ms / u.generated_tokens if u.generated_tokens else 0.0,
         "predicted_per_second": u.generated_tokens / t.decode if t.decode > 0 else 0.0,
         "queued_ms": t.queued * 1000,
+        "ttft_ms": (t.queued + t.first_token) * 1000 if t.first_token is not None else None,
         "draft_n": u.draft_n,
         "draft_n_accepted": u.draft_n_accepted,
         "cache_source": reply.cache_source,

@@ -32,9 +32,9 @@ from runtime.api import Runtime
 from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reply import Reply, ToolCallDelta
-from runtime.serve.asgi import Receive, Scope, Send
-from runtime.serve.http.chat.endpoint import ClientGone, read_body, send_bytes, send_error
-from runtime.serve.http.errors import ApiError, to_api_error
+from runtime.serve.asgi import Scope, Send
+from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
+from runtime.serve.http.errors import ApiError
 from runtime.serve.http.event_stream import relay
 from runtime.serve.http.responses import convert as rc
 from runtime.serve.http.responses.schema import ResponsesRequest
@@ -42,7 +42,7 @@ from runtime.serve.http.responses.store import Record, ResponseStore
 from runtime.serve.http.responses.stream import EventWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
-from runtime.serve.http.watch import Phase, run_watched
+from runtime.serve.http.watch import Phase
 
 __all__ = ["PATHS", "ResponsesApi"]
 
@@ -192,45 +192,11 @@ class ResponsesApi:
 
     # --- creating ------------------------------------------------------------------------------------
 
-    async def create(self, scope: Scope, receive: Receive, send: Send) -> None:
-        plan: _Plan | None = None
-        try:
-            body = await read_body(scope, receive, self.max_body_bytes)
-            if not body.strip():
-                raise ApiError.bad_request("the request body is empty (want a JSON Responses request)")
-            req = _decoder.decode(body)
-            turn = rc.parse(req)
-            rt = self.state.require()
-            plan = await self._plan(rt, req, tenant_of(scope), turn)
-        except ClientGone:
-            return
-        except Exception as e:  # nothing was queued or stored
-            if plan is not None:
-                await self._abandon(plan)
-            await send_error(send, to_api_error(e))
-            return
-
-        async def work(phase: Phase) -> None:
-            if req.stream:
-                await self._stream(rt, plan, send)
-            else:
-                final = await self._finish(rt, plan, await self._run(rt, plan))
-                await self._keep(plan, final)
-                phase.ending = True
-                await send_bytes(send, 200, msgspec.json.encode(final))
-
-        async def fail(e: Exception) -> None:
-            await send_error(send, to_api_error(e))
-
-        try:
-            phase = await run_watched(receive, work, fail)
-        finally:
-            if not plan.recorded:  # an error, or the client left: the session is free again, or goes
-                with anyio.CancelScope(shield=True):
-                    await self._abandon(plan)
-        if phase.gone:
-            self.state.disconnects += 1
-            log.info("responses.client_gone", response_id=plan.id, stream=req.stream)
+    async def accept(self, body: bytes, scope: Scope) -> _Create:
+        req = _decoder.decode(body)
+        turn = rc.parse(req)
+        rt = self.state.require()
+        return _Create(self, rt, await self._plan(rt, req, tenant_of(scope), turn))
 
     async def _plan(self, rt: Runtime, req: ResponsesRequest, tenant: Tenant, turn: rc.Turn) -> _Plan:
         prev: Record | None = None
@@ -282,7 +248,7 @@ class ResponsesApi:
         final["status"] = "incomplete" if length else "completed"
         final["incomplete_details"] = {"reason": "max_output_tokens"} if length else None
         final["output"] = rc.output_items(reply)
-        reasoning = len(await self._thread(rt.backend.tokenize, reply.reasoning)) if reply.reasoning else 0
+        reasoning = len(await rt.tokenize(reply.reasoning)) if reply.reasoning else 0
         final["usage"] = rc.usage(reply, reasoning)
         return final
 
@@ -320,14 +286,41 @@ class ResponsesApi:
             )
 
 
-class _Asgi:
-    """POST /v1/responses as a plain ASGI app (it reads the body itself and watches for a disconnect)."""
+class _Create(Work):
+    """One accepted POST /v1/responses: its plan, run while its client is watched, abandoned unless recorded."""
+
+    def __init__(self, api: ResponsesApi, rt: Runtime, plan: _Plan) -> None:
+        self.api, self.rt, self.plan = api, rt, plan
+
+    async def run(self, send: Send, phase: Phase) -> None:
+        api, rt, plan = self.api, self.rt, self.plan
+        if plan.req.stream:
+            await api._stream(rt, plan, send)
+        else:
+            final = await api._finish(rt, plan, await api._run(rt, plan))
+            await api._keep(plan, final)
+            phase.ending = True
+            await send_bytes(send, 200, msgspec.json.encode(final))
+
+    async def close(self) -> None:
+        if not self.plan.recorded:  # an error, or the client left: the session is free again, or goes
+            await self.api._abandon(self.plan)
+
+    def gone(self) -> tuple[str, dict[str, Any]]:
+        return "responses.client_gone", {"response_id": self.plan.id, "stream": self.plan.req.stream}
+
+
+class _Asgi(Endpoint):
+    """POST /v1/responses as a plain ASGI app on the shared skeleton (`runtime.serve.http.endpoint`)."""
+
+    wants = "a JSON Responses request"
 
     def __init__(self, api: ResponsesApi) -> None:
+        super().__init__(api.state, max_body_bytes=api.max_body_bytes, request_timeout=api.request_timeout)
         self.api = api
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.api.create(scope, receive, send)
+    async def accept(self, body: bytes, scope: Scope) -> Work:
+        return await self.api.accept(body, scope)
 
 
 def _rid(request: Request) -> str:

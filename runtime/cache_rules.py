@@ -1,0 +1,45 @@
+"""The cache rules a slot follows, as named behaviours: `CacheRuleSet.named("turnstile" | "llama-server")`,
+built once (by `CacheConfig`, or by a `Slot` given a name) and read by what acts on them.
+
+The one place that knows what each name means: nothing else compares a `cache_rules` string
+(`tests/test_structure.py` checks it).
+
+- "llama-server": its prompt cache and checkpoints exactly (the parity runs), speculation off;
+- "turnstile": the same, except each behaviour below that is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runtime.errors import InvalidConfig
+from runtime.types import CACHE_RULES, CacheRules
+
+__all__ = ["LLAMA_SERVER", "TURNSTILE", "CacheRuleSet"]
+
+
+@dataclass(frozen=True)
+class CacheRuleSet:
+    """What a set of cache rules does, one flag per behaviour (each False under llama-server's rules)."""
+
+    name: CacheRules
+    longest_state: bool  # every turn takes the longest usable state any tier holds when it pays (slot/lookup.py)
+    retain_partial: bool  # an entry a load uses in part stays cached for the conversation it belongs to
+    checkpoint_prompt_end: bool  # models that need checkpoints also get one at the end of each prompt
+    defer_last_token: bool  # a reply's last sampled token is evaluated after the reply went out (slot/commit.py)
+    count_shared_bytes: bool  # with shared blocks, the RAM cache's limits count what its entries hold together
+    speculation: bool  # n-gram speculative decoding may run (llama-server's rules keep it off)
+
+    @staticmethod
+    def named(rules: CacheRules | CacheRuleSet) -> CacheRuleSet:
+        """The rule set of that name (a rule set is returned as it is); `InvalidConfig` for another name."""
+        if isinstance(rules, CacheRuleSet):
+            return rules
+        if rules not in CACHE_RULES:
+            raise InvalidConfig(f"cache_rules must be 'turnstile' or 'llama-server', not {rules!r}")
+        on = rules == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
+        return CacheRuleSet(rules, on, on, on, on, on, on)
+
+
+TURNSTILE = CacheRuleSet.named("turnstile")
+LLAMA_SERVER = CacheRuleSet.named("llama-server")
