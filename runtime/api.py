@@ -33,7 +33,7 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
-from runtime.loop.turns import Turn, TurnRunner
+from runtime.loop.turns import Turn, TurnRunner, predicted_cost
 from runtime.reply import Reply
 from runtime.types import RequestKind
 from sessions import DiskStore, MemoryStore
@@ -103,8 +103,13 @@ class Runtime(SessionOps):
         self.config = cfg
         self.backend = backend
         self.store = store
+        sch = cfg.scheduler
         self.scheduler = Scheduler(
-            policy=cfg.scheduler.policy, max_queued=cfg.scheduler.max_queued, affinity=self._affinity, idle=self._settle
+            policy=sch.policy,
+            max_queued=sch.max_queued,
+            affinity=self._affinity,
+            idle=self._settle,
+            prefill_quantum_ms=sch.prefill_quantum_ms,
         )
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
@@ -372,7 +377,7 @@ class Runtime(SessionOps):
         async def execute(job: Job[Reply]) -> Reply:
             return await self._turns.run(job, turn)
 
-        return self.scheduler.submit(session_id, execute, kind=turn.kind)
+        return self.scheduler.submit(session_id, execute, kind=turn.kind, cost=predicted_cost(turn))
 
     async def apply_template(
         self,

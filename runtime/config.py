@@ -155,12 +155,18 @@ class CacheConfig:
 class SchedulerConfig:
     """The queue in front of the slot."""
 
-    policy: str | Policy = "fifo"  # which queued request runs next: "fifo", "affinity" or a `Policy`
+    policy: str | Policy = "fifo"  # which queued request runs next: "fifo", "affinity", "fair" or a `Policy`
     max_queued: int = 1024  # requests waiting at most; one more is refused (QueueFull, HTTP 429)
+    # policy "fair": prefill time a request holds the slot before it may pause for a cheaper waiting one (None:
+    # the policy's default, 500 ms; docs/fair-slot.md)
+    prefill_quantum_ms: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) and self.policy not in POLICIES:
             raise InvalidConfig(f"unknown policy {self.policy!r}; choose one of {sorted(POLICIES)}")
+        q = self.prefill_quantum_ms
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q < float("inf")):
+            raise InvalidConfig(f"prefill_quantum_ms must be None or a number >= 0, not {q!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
 
@@ -170,6 +176,7 @@ class LoopOptions(TypedDict, total=False):
 
     policy: str | Policy
     max_queued: int
+    prefill_quantum_ms: float | None
     context: ContextPolicy
     reasoning: ReasoningOptions | None  # None: the config's
 

@@ -23,7 +23,8 @@ class Usage(msgspec.Struct, frozen=True):
 
 
 class Timings(msgspec.Struct, frozen=True):
-    """Seconds spent waiting in the queue, on cache work, in prefill and in decode."""
+    """Seconds spent waiting in the queue, on cache work, in prefill and in decode (and, paused by the fair
+    policy, back in the queue after the prefill had started: part of `total`, not of `queued`)."""
 
     queued: float
     cache: float
@@ -31,6 +32,7 @@ class Timings(msgspec.Struct, frozen=True):
     decode: float
     first_token: float | None  # from the start of the run to the first generated token
     total: float  # from the request to its reply
+    paused: float = 0.0  # seconds its prefill spent paused for other requests (policy "fair")
 
 
 class ToolCallDelta(msgspec.Struct, frozen=True):

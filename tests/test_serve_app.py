@@ -215,6 +215,7 @@ async def test_models_health_metrics_and_404(scripted: Scripted) -> None:
             'turnstile_http_responses_total{path="/v1/chat/completions",status="400"} 1',
             'turnstile_requests_total{outcome="completed"} 1',
             "turnstile_queue_depth 0",
+            "turnstile_prefill_pauses_total 0",
             'turnstile_tokens_total{kind="generated"} 14',
             "# TYPE turnstile_requests_total counter",
         } <= lines, text

@@ -22,7 +22,16 @@ from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
-__all__ = ["GrammarSpec", "ModelInfo", "RenderedChat", "SlotBackend", "SlotRequest", "SlotResult", "SlotStats"]
+__all__ = [
+    "GrammarSpec",
+    "ModelInfo",
+    "PrefillPaused",
+    "RenderedChat",
+    "SlotBackend",
+    "SlotRequest",
+    "SlotResult",
+    "SlotStats",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,25 @@ class SlotRequest:
     speculative: bool | None = None  # n-gram speculation for this request; None: the slot's setting
     budget: BudgetSpec | None = None  # a reasoning budget: its closer is forced when spent
     preserved: tuple[str, ...] = ()  # special tokens detokenized as their text (a reasoning format's tags)
+    # asked between two n_batch chunks of the prefill with (tokens in the slot, prompt tokens): True stops the
+    # prefill there (`PrefillPaused`); the scheduler's preemption check (`runtime.loop.fair`)
+    pause: Callable[[int, int], bool] | None = None
+    resumed: bool = False  # a paused request run again: the slot does not count it as a new request
+
+
+class PrefillPaused(Exception):
+    """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so. The slot holds the
+    prompt's first `done` tokens, a state like any other (the next swap saves it, the lookup rule finds it);
+    the scheduler queues the request again in its place. Not an error: it never reaches a caller."""
+
+    def __init__(self, done: int, total: int, cached: int, prefilled: int, t_prefill: float, source: CacheSource):
+        super().__init__(f"prefill paused at {done} of {total} tokens")
+        self.done = done  # prompt tokens the slot holds
+        self.total = total
+        self.cached = cached  # tokens this run found cached
+        self.prefilled = prefilled  # tokens this run evaluated
+        self.t_prefill = t_prefill
+        self.source: CacheSource = source
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--agents", type=int, default=3, metavar="N", help=f"agents at the table, 1-{len(PERSONAS)} (3)")
     p.add_argument("--rounds", type=int, default=2, metavar="N", help="rounds of the discussion (default 2)")
     p.add_argument("--topic", default=DEFAULT_TOPIC, metavar="TEXT", help=f"what they discuss ({DEFAULT_TOPIC!r})")
-    p.add_argument("--policy", choices=("fifo", "affinity"), default="fifo", help="scheduling policy (fifo)")
+    p.add_argument("--policy", choices=("fifo", "affinity", "fair"), default="fifo", help="scheduling policy (fifo)")
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -54,7 +54,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec", choices=("ngram", "none"), default="none", help="n-gram speculative decoding (default none)"
     )
-    p.add_argument("--policy", choices=("fifo", "affinity"), default="fifo", help="scheduling policy (fifo)")
+    p.add_argument(
+        "--policy",
+        choices=("fifo", "affinity", "fair"),
+        default="fifo",
+        help="scheduling policy (fifo); fair: a long prefill yields to short turns (docs/fair-slot.md)",
+    )
+    p.add_argument(
+        "--prefill-quantum-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="--policy fair: prefill time before a long prompt yields (default 500)",
+    )
     p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
@@ -133,6 +145,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         cache_rules=args.cache_rules,
         speculative="ngram" if args.spec == "ngram" else None,
         policy=args.policy,
+        prefill_quantum_ms=args.prefill_quantum_ms,
         max_queued=args.max_queued,
         **reasoning.open_keywords(args),
         **hardware.engine_keywords(args),
@@ -145,7 +158,13 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
         from runtime.testing import ScriptedBackend
         from sessions import MemoryStore
 
-        return lambda: Runtime.serve(ScriptedBackend(), MemoryStore(), policy=args.policy, max_queued=args.max_queued)
+        return lambda: Runtime.serve(
+            ScriptedBackend(),
+            MemoryStore(),
+            policy=args.policy,
+            max_queued=args.max_queued,
+            prefill_quantum_ms=args.prefill_quantum_ms,
+        )
     config = runtime_config(args, options)
 
     def open_runtime() -> AbstractAsyncContextManager[Runtime]:

@@ -1,7 +1,9 @@
 """The scheduler: one queue, one worker task, one request at a time, per-session order kept.
 
 Requests of one session run in the order they were made, one at a time; among sessions the policy
-chooses (`fifo` or `affinity`). The worker awaits each job's `execute`, which runs slot work in the one
+chooses (`fifo`, `affinity` or `fair`). A preemptive policy (`fair`) may pause a running prefill at an n_batch
+boundary: the job goes back to the head of its session's queue, keeping its arrival, and runs again later
+from the state it left (`PrefillPaused`). The worker awaits each job's `execute`, which runs slot work in the one
 worker thread; a job is never abandoned: cancelling a caller marks its job cancelled and, if it is
 running, waits (shielded) until the slot has stopped at the next token. When the worker runs out of jobs
 it awaits its `idle` hook once (the Runtime's: the slot's work that could wait until the reply was out).
@@ -20,9 +22,10 @@ from typing import Any, Generic, TypeVar, cast
 import anyio
 import msgspec
 
+from runtime.backend.protocol import PrefillPaused
 from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
 from runtime.log import get_logger
-from runtime.loop.policy import Policy, make_policy
+from runtime.loop.policy import Cost, Policy, Preemptive, Running, make_policy
 from runtime.types import RequestKind
 
 log = get_logger(__name__)
@@ -49,6 +52,12 @@ class Job(Generic[T]):
     error: BaseException | None = None
     watchers: list[Callable[[], None]] = field(default_factory=list)  # called on the loop when done
     undo: Callable[[], Awaitable[None]] | None = None  # set by a job that committed: undoes the commit
+    cost: Cost = field(default_factory=Cost)  # predicted cost (the fair policy's); exact once paused
+    pauses: list[PrefillPaused] = field(default_factory=list)  # its prefill's pauses so far, in order
+    paused_s: float = 0.0  # seconds spent paused (back in the queue after it had started)
+    paused_at: float | None = None
+    stint: float = 0.0  # when it last (re)started on the slot
+    pause_check: Callable[[int, int], bool] | None = None  # the slot asks it between prefill chunks
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -72,6 +81,7 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     rejected: int
     policy: str
     max_skips: int  # the most times one request was passed over by a later one
+    pauses: int = 0  # prefills paused at a chunk boundary for a waiting request (the fair policy)
 
 
 @dataclass
@@ -82,6 +92,7 @@ class _Counters:
     cancelled: int = 0
     timed_out: int = 0
     rejected: int = 0
+    pauses: int = 0
 
 
 class Scheduler:
@@ -97,11 +108,13 @@ class Scheduler:
         max_queued: int = 1024,
         affinity: Callable[[str], int] = lambda _sid: 0,
         idle: Callable[[], Awaitable[None]] | None = None,
+        prefill_quantum_ms: float | None = None,
     ) -> None:
         assert max_queued >= 1, max_queued
         self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
         self._idle_due = False
-        self.policy = make_policy(policy)
+        self.policy = make_policy(policy, prefill_quantum_ms)
+        self._waiting: tuple[Job[Any], ...] = ()  # heads that could run next (read by the slot thread's pause check)
         self.max_queued = max_queued
         self._affinity = affinity
         self._queues: dict[str, deque[Job[Any]]] = {}  # per session, in arrival order; insertion order = first waiting
@@ -119,9 +132,13 @@ class Scheduler:
     # --- callers ------------------------------------------------------------------------------------
 
     def submit(
-        self, session_id: str, execute: Callable[[Job[T]], Awaitable[T]], kind: RequestKind = RequestKind.CHAT
+        self,
+        session_id: str,
+        execute: Callable[[Job[T]], Awaitable[T]],
+        kind: RequestKind = RequestKind.CHAT,
+        cost: Cost | None = None,
     ) -> Job[T]:
-        """Queue a job; raises QueueFull or RuntimeClosed at once."""
+        """Queue a job (`cost`: its predicted cost, for the fair policy); raises QueueFull or RuntimeClosed."""
         if self._closing:
             raise RuntimeClosed("the runtime is closed")
         if self._n_queued >= self.max_queued:
@@ -129,8 +146,11 @@ class Scheduler:
             raise QueueFull(f"{self._n_queued} requests are already queued (max_queued={self.max_queued})")
         n = next(self._ids)
         job: Job[T] = Job(id=n, session_id=session_id, arrival=n, kind=kind, execute=execute)
+        if cost is not None:
+            job.cost = cost
         self._queues.setdefault(session_id, deque()).append(job)
         self._n_queued += 1
+        self._publish()
         self._n.submitted += 1
         log.info("request.queued", request_id=job.id, session_id=session_id, kind=str(kind), depth=self._n_queued)
         self._wake.set()
@@ -163,6 +183,7 @@ class Scheduler:
         """The caller has the result: its commit stands, and its session's next job may run."""
         job.undo = None
         if self._held.pop(job.session_id, None) is not None:
+            self._publish()
             self._wake.set()
 
     async def withdraw(self, job: Job[Any], why: str) -> None:
@@ -198,11 +219,53 @@ class Scheduler:
         if not q:
             del self._queues[job.session_id]
         self._n_queued -= 1
+        self._publish()
         return True
 
-    def _pick(self) -> Job[Any] | None:
+    def _heads(self) -> list[Job[Any]]:
         # per-session order: only a head may run, and not while its session's last commit awaits its caller
-        heads = [q[0] for sid, q in self._queues.items() if sid not in self._held]
+        return [q[0] for sid, q in self._queues.items() if sid not in self._held]
+
+    def _publish(self) -> None:
+        """Refresh the snapshot of runnable heads the pause check reads from the slot's thread."""
+        self._waiting = tuple(self._heads())
+
+    def _pause_check(self, job: Job[Any]) -> Callable[[int, int], bool] | None:
+        """The check the slot calls between prefill chunks (in its thread): the policy's decision over the
+        running job and the heads waiting now (an immutable snapshot), or None for a policy that never pauses."""
+        policy = self.policy
+        if not isinstance(policy, Preemptive):
+            return None
+
+        def check(done: int, total: int) -> bool:
+            if job.cancelled:
+                return False
+            held = time.perf_counter() - job.stint
+            running = Running(job.session_id, held, Cost(total - done, job.cost.generate), job.skips)
+            return policy.preempt(running, self._waiting)
+
+        return check
+
+    def _requeue(self, job: Job[Any], paused: PrefillPaused) -> None:
+        """A paused job goes back to the head of its session's queue, keeping its arrival (and so its place)."""
+        job.pauses.append(paused)
+        job.cost = Cost(paused.total - paused.done, job.cost.generate)
+        job.paused_at = time.perf_counter()
+        self._queues.setdefault(job.session_id, deque()).appendleft(job)
+        self._n_queued += 1
+        self._n.pauses += 1
+        self._publish()
+        log.info(
+            "request.paused",
+            request_id=job.id,
+            session_id=job.session_id,
+            done=paused.done,
+            total=paused.total,
+            pauses=len(job.pauses),
+        )
+
+    def _pick(self) -> Job[Any] | None:
+        heads = self._heads()
         if not heads:
             return None
         job = self.policy.pick(heads, lambda j: self._affinity(j.session_id))
@@ -228,15 +291,26 @@ class Scheduler:
                     continue
                 self._dequeue(job)
                 self._idle_due = self._idle is not None
-                held = False
+                held = paused = False
                 self._running = job
-                job.started = time.perf_counter()
+                job.stint = time.perf_counter()
+                if job.started is None:
+                    job.started = job.stint
+                if job.paused_at is not None:
+                    self._resumed(job)
+                job.pause_check = self._pause_check(job)
                 try:
                     job.result = await job.execute(job)
                     if job.cancelled:
                         self._n.cancelled += 1
                     else:
                         self._n.completed += 1
+                except PrefillPaused as p:
+                    paused = not job.cancelled  # a job withdrawn meanwhile is done instead
+                    if paused:
+                        self._requeue(job, p)
+                    else:
+                        self._n.cancelled += 1
                 except Exception as e:  # delivered to the caller
                     job.error = e
                     self._n.failed += 1
@@ -252,11 +326,22 @@ class Scheduler:
                     held = job.undo is not None
                     if held:  # committed: the session waits until its caller has the reply
                         self._held[job.session_id] = job
-                    job.finish()
+                        self._publish()
+                    if not paused:
+                        job.finish()
                 if held:
                     await anyio.lowlevel.checkpoint()  # let the caller take it before the next pick
         finally:
             self._stopped.set()
+
+    def _resumed(self, job: Job[Any]) -> None:
+        assert job.paused_at is not None
+        waited = job.stint - job.paused_at
+        job.paused_s += waited
+        job.paused_at = None
+        job.skips = 0  # passed over at most max_skips times between two of its quanta
+        done = job.pauses[-1].done if job.pauses else 0
+        log.info("request.resumed", request_id=job.id, session_id=job.session_id, done=done, paused=round(waited, 4))
 
     async def _run_idle(self) -> None:
         """The idle hook, once per run of jobs; a failure is logged, never the worker's end."""
@@ -276,6 +361,7 @@ class Scheduler:
                 job.finish()
         self._queues.clear()
         self._n_queued = 0
+        self._publish()
         self._wake.set()
 
     async def wait_stopped(self) -> None:
@@ -314,4 +400,5 @@ class Scheduler:
             rejected=n.rejected,
             policy=self.policy.name,
             max_skips=self._max_skips,
+            pauses=n.pauses,
         )

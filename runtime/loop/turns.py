@@ -23,6 +23,7 @@ from runtime.log import get_logger
 from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
+from runtime.loop.policy import Cost
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
@@ -54,6 +55,25 @@ class Turn:
     commit: bool = True  # complete without a session id: answer, store nothing
     constraints: Constraints = field(default_factory=Constraints)
     tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
+
+
+CHARS_PER_TOKEN = 4  # a rough estimate of English text, for the fair policy's predicted cost
+
+
+def predicted_cost(turn: Turn) -> Cost:
+    """A turn's predicted cost when it is queued (the fair policy's): the tokens of what is new in it (a chat
+    turn's message or tool results; a completion's messages after its last assistant message, as those
+    before are usually cached), estimated from characters, and its max_tokens (0 when the turn sets none)."""
+    if turn.conversation is not None:
+        msgs = turn.conversation.messages
+        last = max((i for i, m in enumerate(msgs) if m.role == "assistant"), default=-1)
+        chars = sum(len(m.content) for m in msgs[last + 1 :])
+        if last < 0:
+            chars += len(turn.conversation.system or "")
+    else:
+        chars = len(turn.message or "") + sum(len(r) for r in (turn.tool_results or {}).values())
+    limit = turn.overrides.get("max_tokens")
+    return Cost(chars // CHARS_PER_TOKEN + 1, limit if isinstance(limit, int) and limit > 0 else 0)
 
 
 class TurnRunner:
@@ -258,6 +278,8 @@ class TurnRunner:
                 speculative=speculation_flag(sampling.speculative),  # the turn's, else the session's, else the slot's
                 budget=opts.budget_for(fmt, inside, track=grammar is not None and grammar.lazy),
                 preserved=fmt.tags if fmt is not None else (),
+                pause=job.pause_check,
+                resumed=bool(job.pauses),
             )
             try:
                 result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
@@ -272,6 +294,15 @@ class TurnRunner:
     def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
         now = time.perf_counter()
         started = job.started or job.submitted
+        if job.pauses:  # one request in several runs: cached as its first run found, prefilled by all of them
+            first = job.pauses[0]
+            r = dataclasses.replace(
+                r,
+                cached_tokens=first.cached,
+                prefilled_tokens=r.prefilled_tokens + sum(p.prefilled for p in job.pauses),
+                cache_source=first.source,
+                t_prefill=r.t_prefill + sum(p.t_prefill for p in job.pauses),
+            )
         return Reply(
             session_id=job.session_id,
             request_id=job.id,
@@ -294,6 +325,7 @@ class TurnRunner:
                 decode=r.t_decode,
                 first_token=r.t_first_token,
                 total=now - job.submitted,
+                paused=job.paused_s,
             ),
             revision=revision,
             parsed=done.parsed if done is not None else None,

@@ -23,7 +23,7 @@ from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
 from caches.tiered import TieredCache
 from caches.tokens import lcp
-from runtime.backend.protocol import SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import PrefillPaused, SlotRequest, SlotResult, SlotStats
 from runtime.cache_rules import CacheRuleSet
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
@@ -190,13 +190,18 @@ class Slot:
         if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
             raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
 
-    def _reuse_prefix(self, prompt: Sequence[int]) -> tuple[int, bool]:
-        """Prefix reuse: returns (n_past, whether a checkpoint was restored)."""
+    def _reuse_prefix(self, prompt: Sequence[int], resumed: bool = False) -> tuple[int, bool]:
+        """Prefix reuse: returns (n_past, whether a checkpoint was restored).
+
+        `resumed`: a paused prefill run again. When the slot holds exactly a prefix of its prompt, its memory is
+        the one the unpaused prefill had at that chunk boundary, so it continues from there as that prefill
+        would, where llama-server's rule would roll a sliding-window memory back to a checkpoint."""
         eng = self.engine
         n_past = lcp(self.tokens, prompt)
         pos_next = n_past
         restored = False
-        if self.max_checkpoints and 0 < n_past <= len(self.tokens):
+        whole = resumed and 0 < n_past == len(self.tokens) < len(prompt)
+        if self.max_checkpoints and 0 < n_past <= len(self.tokens) and not whole:
             has_new = n_past < len(prompt)
             thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
             if eng.pos_min() >= thold:
@@ -225,8 +230,11 @@ class Slot:
         last_user = max(req.user_starts, default=-1)
         do_ckpt_model = self.max_checkpoints > 0
         offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
+        first = len(self.tokens)
         while len(self.tokens) < n_prompt:
             start = len(self.tokens)
+            if start > first and req.pause is not None and req.pause(start, n_prompt):
+                raise _Paused  # at a chunk boundary: the chunks from here are the ones an unpaused prefill runs
             end = start
             while end < n_prompt and end - start < eng.n_batch:
                 end += 1
@@ -325,7 +333,7 @@ class Slot:
         swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load, slot_kept=kept)
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
-        n_past, from_ckpt = self._reuse_prefix(prompt)
+        n_past, from_ckpt = self._reuse_prefix(prompt, req.resumed)
         t_cache = time.perf_counter() - t0
         if n_past == 0:
             source = "none"
@@ -336,9 +344,10 @@ class Slot:
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
         if req.on_prefill is not None:
             req.on_prefill(n_past, len(prompt))
-        self._n.requests += 1
-        self._n.prompt_tokens += len(prompt)
-        self._n.cached_tokens += n_past
+        if not req.resumed:  # a paused request run again is the same request
+            self._n.requests += 1
+            self._n.prompt_tokens += len(prompt)
+            self._n.cached_tokens += n_past
         eng.set_abort(req.cancel)
         finish: FinishReason
         generated: list[int] = []
@@ -374,6 +383,10 @@ class Slot:
             draft_n, draft_n_accepted = done.draft_n, done.draft_n_accepted
         except _Cancelled:
             finish = "cancelled"
+        except _Paused:
+            done_n = len(self.tokens)
+            log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
+            raise PrefillPaused(done_n, len(prompt), n_past, done_n - n_past, t_prefill, source) from None
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
@@ -414,3 +427,7 @@ class Slot:
 
 class _Cancelled(Exception):
     """Internal: the request's cancel check fired during prefill."""
+
+
+class _Paused(Exception):
+    """Internal: the request's pause check said stop at this chunk boundary."""

@@ -79,6 +79,12 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
         "rejected": sch.rejected,
     }
     out.metric("requests_total", "counter", "requests by outcome", (({"outcome": o}, n) for o, n in outcomes.items()))
+    out.metric(
+        "prefill_pauses_total",
+        "counter",
+        "prefills paused at a chunk boundary for a waiting request (policy fair)",
+        [({}, sch.pauses)],
+    )
     tokens = {
         "prompt": slot.prompt_tokens,
         "cached": slot.cached_tokens,
