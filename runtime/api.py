@@ -29,12 +29,13 @@ from runtime.loop.options import (
     TurnOptions,
     check_turn_options,
 )
+from runtime.loop.replay import Replay
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner, predicted_cost
-from runtime.reply import Reply
+from runtime.reply import Reply, Started
 from runtime.types import RequestKind
 from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
@@ -310,7 +311,8 @@ class Runtime(SessionOps):
         opts, pieces = self._options(options), Pieces()
         job = self._submit(session_id, self._chat_turn(message, tool_results, opts, pieces), opts.timeout)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
-            yield item
+            if not isinstance(item, Started):  # (only a `progress` stream has them)
+                yield item
 
     async def complete(
         self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
@@ -324,11 +326,27 @@ class Runtime(SessionOps):
         job = self._submit_complete(messages, session_id, opts, None)
         return await self.scheduler.wait(job, opts.timeout)
 
-    async def complete_stream(
+    def set_replay(self, on: bool) -> None:
+        """Replay resent replies as the tokens generated for them (on by default; `runtime.loop.replay`)."""
+        self._turns.replay = (self._turns.replay or Replay()) if on else None
+
+    def complete_stream(
         self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
     ) -> AsyncIterator[Piece | Reply]:
         """`complete`, streamed: the reply's pieces (as `stream`'s), then the Reply."""
-        opts, pieces = self._options(options), Pieces()
+        return self._complete_stream(messages, session_id, False, options)  # type: ignore[return-value]
+
+    def complete_stream_started(
+        self, messages: list[dict[str, Any]], *, session_id: str | None = None, **options: Unpack[TurnOptions]
+    ) -> AsyncIterator[Piece | Started | Reply]:
+        """`complete_stream` with a `Started` first, as soon as the slot starts the turn (before its prefill):
+        what a server needs to answer before a long prefill ends."""
+        return self._complete_stream(messages, session_id, True, options)
+
+    async def _complete_stream(
+        self, messages: list[dict[str, Any]], session_id: str | None, progress: bool, options: TurnOptions
+    ) -> AsyncIterator[Piece | Started | Reply]:
+        opts, pieces = self._options(options), Pieces(progress=progress)
         job = self._submit_complete(messages, session_id, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item

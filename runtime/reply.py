@@ -50,6 +50,15 @@ class ToolCallDelta(msgspec.Struct, frozen=True):
     arguments_delta: str = ""
 
 
+class Started(msgspec.Struct, frozen=True):
+    """The slot started the turn: its prompt is tokenized and fits, `cached_tokens` of it are reused and the
+    rest is about to be prefilled. Only `Runtime.complete_stream_started` yields it (first), so
+    that a server can answer before a long prefill ends (Anthropic's `message_start`, keep-alives)."""
+
+    prompt_tokens: int
+    cached_tokens: int
+
+
 class Step(msgspec.Struct, frozen=True):
     """One tool call of an agent run and the result that went back to the model."""
 

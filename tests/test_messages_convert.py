@@ -142,8 +142,8 @@ def test_messages_and_options() -> None:
             "tool_choice of type 'tool' needs the tool's name",
         ),
         (
-            {"max_tokens": 1, "tools": [{**TOOL, "type": "web_search_20250305"}]},
-            "tool type 'web_search_20250305' is not supported",
+            {"max_tokens": 1, "tools": [{**TOOL, "type": "web_search_20250305"}], "tool_choice": {"type": "any"}},
+            "tool_choice 'any' needs tools the model is offered",
         ),
         ({"max_tokens": 1, "thinking": {"type": "enabled"}}, "thinking of type 'enabled' needs budget_tokens"),
     ],

@@ -134,6 +134,16 @@ def test_reasoning_format_none_keeps_everything_in_the_answer_with_the_opened_pr
             "<|START_THINKING|>hmm ok<|END_THINKING|>hello",
         ),
         ("magistral", "[THINK]hmm ok[/THINK]\n\nhello", "[THINK]hmm ok[/THINK]\n\nhello"),
+        (  # Command R7B's answer markers go, both of them
+            "command-r7b",
+            "<|START_THINKING|>hmm ok<|END_THINKING|><|START_RESPONSE|>hello<|END_RESPONSE|>",
+            "<|START_THINKING|>hmm ok<|END_THINKING|>hello",
+        ),
+        (  # Granite's `<response>` tags stay, both of them
+            "granite",
+            "<think>hmm ok</think><response>hello</response>",
+            "<think>hmm ok</think><response>hello</response>",
+        ),
     ],
 )
 def test_reasoning_format_none_drops_only_the_answer_headers(name: str, text: str, expected: str) -> None:
@@ -155,6 +165,58 @@ def test_the_answer_loses_at_most_the_templates_own_space_after_the_closer() -> 
     assert split(replace(fmt, space_after="\n "), "<think>r</think> x").content == "x"  # each space optional
 
 
+def cuts(fmt_name: str, text: str, **kw: object) -> set[Split]:
+    """The split of `text` fed in two pieces at every cut (one value when streaming adds up to the whole)."""
+    fmt = by_name(fmt_name) if fmt_name in {f.name for f in FORMATS} else None
+    out = set()
+    for cut in range(len(text) + 1):
+        s = Splitter(fmt, **kw)  # type: ignore[arg-type]
+        out.add(join(s.feed(text[:cut]) + s.feed(text[cut:]) + s.flush()))
+    return out
+
+
+def test_an_empty_block_the_generation_prompt_wrote_is_parsed_before_the_output() -> None:
+    """Thinking off on Qwen3 / SmolLM3 / GLM: the generation prompt ends with an empty block; llama-server parses
+    the output as if it followed that block ("none" keeps the block in the content)."""
+    qwen3 = replace(by_name("think"), space_after="\n\n", space_after_start="\n", trim=False)
+    assert cuts("think", "hello", prefix="<think>\n\n</think>\n\n") == {Split("", "hello")}
+    assert split(qwen3, "hello", prefix="<think>\n\n</think>\n\n") == Split("", "hello")
+    smol = replace(qwen3, space_after="")  # SmolLM3 renders no reasoning: `</think>` takes no whitespace
+    assert split(smol, "hello", prefix="<think>\n\n</think>\n") == Split("", "\nhello")
+    assert split(qwen3, "hello", prefix="<think>\n\n</think>\n\n", keep=True) == Split(
+        "", "<think>\n\n</think>\n\nhello"
+    )
+    assert cuts("think", "hello", prefix="<think></think>", keep=True) == {Split("", "<think></think>hello")}
+
+
+def test_closes_block_is_an_empty_block_at_the_end_of_the_prompt() -> None:
+    fmt = by_name("think")
+    assert fmt.closes_block("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert fmt.closes_block("<｜Assistant｜><think></think>")
+    assert not fmt.closes_block("<|im_start|>assistant\n<think>\n")
+    assert not fmt.closes_block("<think>\nstep</think>")  # reasoning in it: not a generation prompt's block
+    assert not fmt.closes_block("<|im_start|>assistant\n")
+
+
+def test_granite_unwraps_its_response_tags_only_after_a_block() -> None:
+    assert cuts("granite", "<think>hmm ok</think><response>hello</response>") == {Split("hmm ok", "hello")}
+    assert cuts("granite", "<response>hello</response>") == {Split("", "<response>hello</response>")}
+
+
+APRIEL_PROMPT = "<|begin_user|>\nhi\n<|begin_assistant|>\nHere are my reasoning steps:\n"
+
+
+def test_apriel_reasoning_starts_with_the_generation_prompts_preamble() -> None:
+    fmt = by_name("apriel")
+    assert fmt.opens_block(APRIEL_PROMPT) and not fmt.opens_block("<|begin_user|>\nhi\n<|begin_assistant|>\n")
+    prefix = APRIEL_PROMPT[APRIEL_PROMPT.rfind(fmt.start) :]
+    text = "hmm ok\n[BEGIN FINAL RESPONSE]\nhello"
+    expected = Split("Here are my reasoning steps:\nhmm ok\n", "hello")
+    assert cuts("apriel", text, inside=True, prefix=prefix) == {expected}
+    kept = Split("", "<|begin_assistant|>\nHere are my reasoning steps:\nhmm ok\n[BEGIN FINAL RESPONSE]\nhello")
+    assert cuts("apriel", text, inside=True, prefix=prefix, keep=True) == {kept}
+
+
 def test_detect_names_the_family_of_a_template() -> None:
     assert detect(None) is None and detect("{{ messages }}") is None
     assert detect("{{ '<think>\\n' }}").name == "think"  # type: ignore[union-attr]
@@ -163,6 +225,7 @@ def test_detect_names_the_family_of_a_template() -> None:
     assert detect("[THINK]").name == "magistral"  # type: ignore[union-attr]
     assert detect("<seed:think>").name == "seed-oss"  # type: ignore[union-attr]
     assert detect("<think> <response>").name == "granite"  # type: ignore[union-attr]
+    assert detect("'Here are my reasoning steps:\\n' <think>").name == "apriel"  # type: ignore[union-attr]
     assert len({f.name for f in FORMATS}) == len(FORMATS)
 
 

@@ -133,11 +133,11 @@ async def test_stream_events_are_numbered_and_complete() -> None:
 @pytest.mark.parametrize(
     ("body", "needle"),
     [
-        ({"input": "hi", "colour": "red"}, "colour"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": 3}, "input"),
         ({"input": [{"role": "user", "content": 3}]}, "input[0]"),
-        ({"input": [{"type": "image", "url": "x"}]}, "input[0].type"),
-        ({"input": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}]}, "input[1]"),
+        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input[0].content[0]"),
+        ({"input": [{"role": "user", "content": "a"}, {"type": "item_reference", "id": "msg_1"}]}, "input[1]"),
         ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": 3}]}, "tools"),
         ({"input": "hi", "tool_choice": "sometimes"}, "tool_choice"),
         ({"input": "hi", "text": {"format": {"type": "json_schema"}}}, "text.format"),

@@ -125,10 +125,9 @@ async def test_chain_stream_items_restart_delete(smollm2_path: Path, tmp_path: P
             await oai.responses.create(input="Hi.", previous_response_id=many.id, **GEN)
         assert many.id in str(gone.value)
 
-        # strict validation: unknown or wrongly typed fields are 400 and keep nothing
-        with pytest.raises(openai.BadRequestError) as bad:
-            await oai.responses.create(input="Hi.", **GEN, extra_body={"colour": "red"})
-        assert "colour" in str(bad.value)
+        # unknown fields are ignored (a client release may add one); wrongly typed ones are 400 and keep nothing
+        ok = await oai.responses.create(input="Hi.", **GEN, store=False, extra_body={"colour": "red"})
+        assert ok.id.startswith("resp_") and ok.status in ("completed", "incomplete")  # (a short max_output_tokens)
         with pytest.raises(openai.BadRequestError) as bad:
             await oai.responses.create(input=[{"role": "user", "content": 3}], **GEN)  # type: ignore[list-item]
         assert "input[0]" in str(bad.value)

@@ -98,6 +98,8 @@ async def test_stream_chunks_and_usage(scripted: Scripted) -> None:
             r = await c.post("/v1/chat/completions", json=body)
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = r.text.split("\n\n")
+        assert events[0] == ": keep-alive"  # sent when the slot started the turn, before its prefill
+        events = events[1:]
         assert events[-2:] == ["data: [DONE]", ""]
         chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
         deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
@@ -356,7 +358,9 @@ async def test_a_client_that_leaves_while_running_stops_its_request(scripted: Sc
             tg.start_soon(c.run, application)
             await gate.arrived()
             c.leave()
-        assert c.sent == []  # nothing was answered
+        # nothing was answered (a stream was opened when the slot started the turn: a keep-alive, no data)
+        bodies = [m.get("body") for m in c.sent if m["type"] == "http.response.body"]
+        assert bodies == ([b": keep-alive\n\n"] if stream else []) and len(c.sent) == (2 if stream else 0)
         st = rt.stats().scheduler
         assert (st.cancelled, st.completed) == (1, 0)
         with pytest.raises(SessionNotFound):

@@ -90,6 +90,8 @@ def sample(v: TemplateView) -> tuple[str, str]:
         rest = whole[len(base) :]
         if rest.lstrip().startswith(fmt.start) and fmt.end in rest:  # the history's (empty) block
             rest = rest[rest.find(fmt.end) + len(fmt.end) :]
+        elif fmt.preamble and rest.lstrip().startswith(fmt.start):  # the opener is the turn's header (Apriel 1.6)
+            rest = rest.lstrip()[len(fmt.start) :].lstrip()
         out = rest if rest.lstrip().startswith(fmt.end) else fmt.end + rest  # (GLM writes the closer alone)
     else:  # the generation prompt writes what the history does not (Command R+'s tool-use system turn)
         at = _lcp(prompt, whole)

@@ -69,6 +69,7 @@ class SlotRequest:
     reserve: bool = False  # refuse a prompt that leaves no room for max_tokens
     cancel: Callable[[], bool] = lambda: False
     on_piece: Callable[[str], None] | None = None
+    on_start: Callable[[int, int], None] | None = None  # (prompt, cached tokens) once it fits, before prefill
     on_prefill: Callable[[int, int], None] | None = None  # (prompt tokens in the slot, prompt tokens): progress
     request_id: int = 0
     session_id: str = ""

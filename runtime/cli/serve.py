@@ -72,6 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
     p.add_argument("--model-name", default=None, metavar="NAME", help="the id /v1/models reports")
     p.add_argument(
+        "--no-normalize",
+        action="store_true",
+        help="give the model volatile prompt spans as sent (Claude Code's billing line): docs/coding-agents.md",
+    )
+    p.add_argument(
         "--chat-template-file",
         type=Path,
         default=None,
@@ -198,6 +203,7 @@ async def run(args: argparse.Namespace, options: dict[str, Any]) -> int:
         max_body_bytes=args.max_body,
         request_timeout=args.timeout,
         model_name=args.model_name,
+        normalize=not args.no_normalize,
         responses=ResponseStore(
             None if args.data_dir is None else args.data_dir / "responses",
             max_responses=args.responses_max,

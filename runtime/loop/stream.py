@@ -24,7 +24,7 @@ from runtime.log import get_logger
 from runtime.loop.notify import Signal
 from runtime.loop.scheduler import Job, Scheduler
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.tools import new_call_id
 from runtime.tools.calls import PartialReply
 from sessions.model import ToolCall
@@ -37,13 +37,19 @@ Piece = str | ToolCallDelta  # what a stream yields before its Reply (`Reasoning
 
 
 class Pieces:
-    """A queue of pieces: the worker thread pushes, the consumer is woken on the event loop."""
+    """A queue of pieces: the worker thread pushes, the consumer is woken on the event loop. With
+    `progress`, a `Started` item comes first, when the slot starts the turn (`started`)."""
 
-    def __init__(self) -> None:
-        self.items: deque[Piece] = deque()
+    def __init__(self, *, progress: bool = False) -> None:
+        self.items: deque[Piece | Started] = deque()
         self.signal = Signal()
+        self.progress = progress
 
-    def push(self, piece: Piece) -> None:  # worker thread (or the loop: the wake-up is thread-safe)
+    def started(self, prompt_tokens: int, cached_tokens: int) -> None:  # worker thread: before the prefill
+        if self.progress:
+            self.push(Started(prompt_tokens, cached_tokens))
+
+    def push(self, piece: Piece | Started) -> None:  # worker thread (or the loop: the wake-up is thread-safe)
         self.items.append(piece)
         self.signal.fire_from_thread()
 
@@ -66,6 +72,9 @@ class CallStream:
         self.answer = ""  # the answer text so far (what `read` reads)
         self.content = ""  # the content the pieces said
         self.calls: list[list[str]] = []  # per call: [id, name, arguments text said]
+
+    def started(self, prompt_tokens: int, cached_tokens: int) -> None:  # worker thread
+        self.out.started(prompt_tokens, cached_tokens)
 
     def feed(self, parts: Sequence[str]) -> None:  # worker thread
         grew = False
@@ -121,7 +130,7 @@ class CallStream:
 
 async def follow(
     scheduler: Scheduler, job: Job[Reply], pieces: Pieces, timeout: float | None
-) -> AsyncIterator[Piece | Reply]:
+) -> AsyncIterator[Piece | Started | Reply]:
     """Yield a job's pieces as they come, then its Reply. A consumer that stops before it got the Reply
     (closed the iterator, was cancelled, timed out) withdraws the job: it is stopped and nothing is committed."""
     job.watchers.append(pieces.signal.fire)

@@ -24,6 +24,7 @@ from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.policy import Cost
+from runtime.loop.replay import Replay, Spliced, same_reply
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
@@ -97,6 +98,7 @@ class TurnRunner:
         self._in_slot = slot_call
         self.last_key: dict[str, int] = {}  # for the affinity policy: each session's slot key after its turn
         self.last_session: str | None = None
+        self.replay: Replay | None = Replay()  # generated replies replayed as generated (None: off)
         self.activity = Activity()  # the running request's phase, for watchers (Runtime.engine_view)
 
     async def run(self, job: Job[Reply], turn: Turn) -> Reply:
@@ -247,7 +249,8 @@ class TurnRunner:
                 )
                 rendered, dropped = prompt.rendered, prompt.dropped
             inside = fmt is not None and fmt.opens_block(rendered.text)
-            prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and inside else ""
+            wrote = fmt is not None and (inside or fmt.closes_block(rendered.text))  # the prompt has the block
+            prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and wrote else ""
             splitter = Splitter(fmt, inside=inside, keep=opts.keep, prefix=prefix)
             said: list[str] = []
             first = [True]
@@ -265,12 +268,16 @@ class TurnRunner:
                 emit(splitter.feed(piece))
 
             grammar = turn.constraints.grammar
+            spliced = Spliced(rendered.tokens)
+            if self.replay is not None:
+                spliced = self.replay.splice(rendered.tokens, same_reply(self.backend.token_piece, tools, fmt))
             req = SlotRequest(
-                prompt=rendered.tokens,
+                prompt=spliced.tokens,
                 sampling=sampling,
-                user_starts=rendered.user_starts,
+                user_starts=spliced.shift(rendered.user_starts),
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_start=pieces.started if pieces is not None else None,
                 on_prefill=lambda done, total: self.activity.prefill(job.id, done, total),
                 request_id=job.id,
                 session_id=job.session_id,
@@ -285,6 +292,9 @@ class TurnRunner:
                 result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
             finally:
                 self.activity.stop(job.id)
+            if self.replay is not None:
+                at_eog = result.finish_reason == "stop" and result.stop_sequence is None
+                self.replay.remember(spliced.tokens, result.tokens, at_eog=at_eog)
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())

@@ -42,6 +42,14 @@ class ReasoningFormat:
     space_after_start: str | None = None
     trim: bool = True  # the reasoning's trailing whitespace is dropped (no template facts); False: kept
     derive: bool = True  # `with_template` reads `space_after` from the template (False: fixed, a dedicated parser)
+    # what the generation prompt writes after the opener, in the block (Apriel 1.6's "Here are my reasoning steps:")
+    preamble: str = ""
+    # the literals `reasoning_format: none` drops from the text (None: the answer headers that are not block tags);
+    # as llama-server: Command R7B's answer markers go, Granite's `<response>` tags stay
+    plain_drops: tuple[str, ...] | None = None
+    # the answer headers and trailers wrap the answer only after a block (Granite 3.x; llama-server's
+    # WRAPPED_WITH_REASONING): an answer without one keeps them as text
+    wrapped_after_block: bool = False
 
     def __post_init__(self) -> None:
         if not self.start or not self.end or self.start == self.end:
@@ -55,7 +63,30 @@ class ReasoningFormat:
     def opens_block(self, prompt: str) -> bool:
         """Whether a prompt ending like this makes the output start inside the block (its generation prompt
         ends with the opener, e.g. QwQ's `<|im_start|>assistant\\n<think>\\n`)."""
-        return prompt.rstrip().endswith(self.start)
+        tail = prompt.rstrip()
+        preamble = self.preamble.strip()
+        if (
+            preamble
+        ):  # the opener, then the preamble (Apriel 1.6: `<|begin_assistant|>\\nHere are my reasoning steps:\\n`)
+            if not tail.endswith(preamble):
+                return False
+            tail = tail[: len(tail) - len(preamble)].rstrip()
+        return tail.endswith(self.start)
+
+    def closes_block(self, prompt: str) -> bool:
+        """Whether a prompt ending like this wrote an empty block (Qwen3's thinking-off generation prompt ends
+        with `<think>\\n\\n</think>\\n\\n`): llama-server parses the output as if it followed that block."""
+        tail = prompt.rstrip()
+        if not tail.endswith(self.end):
+            return False
+        at = tail.rfind(self.start, 0, len(tail) - len(self.end))
+        return at >= 0 and not tail[at + len(self.start) : len(tail) - len(self.end)].strip()
+
+    def dropped_when_kept(self) -> tuple[str, ...]:
+        """The literals `reasoning_format: none` drops (a header that is also a block tag stays text)."""
+        if self.plain_drops is not None:
+            return self.plain_drops
+        return tuple(h for h in self.content_prefixes if h not in (self.start, self.end))
 
 
 THINK = ReasoningFormat("think", "<think>", "</think>", ("<think>", "</think>"))
@@ -79,6 +110,7 @@ COMMAND_R7B = ReasoningFormat(
     ("<|START_THINKING|>",),
     content_prefixes=("<|START_RESPONSE|>",),
     content_suffixes=("<|END_RESPONSE|>",),
+    plain_drops=("<|START_RESPONSE|>", "<|END_RESPONSE|>"),
 )
 # the families llama-server parses with a dedicated parser: their spaces are fixed (measured against it)
 MAGISTRAL = ReasoningFormat(
@@ -105,6 +137,22 @@ GRANITE = ReasoningFormat(  # Granite 3.x: <think>…</think><response>…</resp
     ("<response>",),
     content_prefixes=("<response>",),
     content_suffixes=("</response>",),
+    plain_drops=(),
+    wrapped_after_block=True,
+)
+# Apriel 1.6 Thinker: the generation prompt opens the reasoning with a preamble, `[BEGIN FINAL RESPONSE]` ends it;
+# as llama-server, the block runs from the assistant header on (its "none" keeps the header in the text)
+APRIEL = ReasoningFormat(
+    "apriel",
+    "<|begin_assistant|>",
+    "[BEGIN FINAL RESPONSE]",
+    ("Here are my reasoning steps:",),
+    switch=None,
+    space_after="\n",
+    space_after_start="\n",
+    trim=False,
+    derive=False,
+    preamble="Here are my reasoning steps:\n",
 )
 
 # detection order: specific markers first; plain <think> tags (Qwen3, DeepSeek R1, QwQ, SmolLM3, GLM,
@@ -123,6 +171,7 @@ KIMI_K3 = ReasoningFormat(  # XTML sections: think (opened by the generation pro
 
 FORMATS: tuple[ReasoningFormat, ...] = (
     KIMI_K3,
+    APRIEL,
     HARMONY,
     COMMAND_R7B,
     MAGISTRAL,

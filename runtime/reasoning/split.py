@@ -70,10 +70,11 @@ class Splitter:
     """Feeds generated text, returns its pieces: `Reasoning` for reasoning, `str` for the answer.
 
     `fmt` None, or `keep=True` (llama-server's `reasoning_format: none`): everything is answer text, with
-    `prefix` (the part of the generation prompt from the opener on) first when the block was opened there,
-    and without the format's answer headers (gpt-oss's final channel header, Command R7B's
-    `<|START_RESPONSE|>`), as llama-server gives it.
-    `inside`: the generation prompt opened the block, so the output starts in it.
+    `prefix` first, and without the literals the format drops then (`ReasoningFormat.dropped_when_kept`:
+    gpt-oss's final channel header, Command R7B's answer markers), as llama-server gives it.
+    `prefix`: the part of the generation prompt from the opener on, when it opened the block (`inside`: the
+    output starts in it) or wrote an empty one (Qwen3's thinking-off `<think>\n\n</think>\n\n`): as
+    llama-server, the output is parsed as if it followed that text.
     """
 
     def __init__(
@@ -81,13 +82,14 @@ class Splitter:
     ) -> None:
         self.fmt = fmt
         self._plain = fmt is None or keep
-        self._buf = prefix if self._plain and inside else ""
+        self._buf = prefix  # "none": the text; else what the generation prompt wrote from the opener on
         self._state = _OPENED if inside and not self._plain else _HEAD
-        if self._state == _OPENED and fmt is not None and prefix.startswith(fmt.start):
-            self._buf = prefix[len(fmt.start) :]  # what the generation prompt wrote in the block (QwQ: "\n")
+        if self._state == _OPENED:  # what the generation prompt wrote in the block (QwQ: "\n")
+            self._buf = prefix[len(fmt.start) :] if fmt is not None and prefix.startswith(fmt.start) else ""
         self._said_reasoning = False
         self._ws = ""  # leading whitespace of the reasoning, held until the reasoning has more
         self._strip = False  # the answer's head drops leading whitespace (it follows a block)
+        self._closed = False  # a block was closed (Granite wraps its answer in `<response>` only then)
 
     def feed(self, text: str) -> list[str]:
         """The pieces `text` completes (possibly none: it may end in a tag still being written)."""
@@ -101,8 +103,7 @@ class Splitter:
     def _run(self, final: bool) -> list[str]:
         out: list[str] = []
         if self._plain or self.fmt is None:  # as llama-server's "none": the text, without the answer's headers
-            # a header that is also the block's tag (MiniMax M3's bare `</mm:think>`) stays text, as the tag does
-            headers = tuple(h for h in self.fmt.content_prefixes if h not in self.fmt.tags[:2]) if self.fmt else ()
+            headers = self.fmt.dropped_when_kept() if self.fmt else ()
             buf = self._buf
             for header in headers:
                 buf = buf.replace(header, "")
@@ -135,6 +136,7 @@ class Splitter:
                 if i >= 0:
                     self._reason(out, buf[:i].rstrip() if trim else buf[:i])
                     self._buf, self._state, self._strip = buf[i + len(fmt.end) :], _ANSWER_HEAD, True
+                    self._closed = True
                     continue
                 if final:
                     self._reason(out, buf.rstrip() if trim else buf)
@@ -153,22 +155,29 @@ class Splitter:
                     buf, self._strip = buf[n:], False
                     self._buf = buf
                 s = buf.lstrip() if self._strip else buf
-                opening = next((p for p in fmt.content_prefixes if s.startswith(p)), None)
+                headers = self._wrappers(fmt.content_prefixes)
+                opening = next((p for p in headers if s.startswith(p)), None)
                 if opening is not None:
                     self._buf = s[len(opening) :]
                     continue
-                if not final and (not s or any(p.startswith(s) for p in fmt.content_prefixes)):
+                if not final and (not s or any(p.startswith(s) for p in headers)):
                     self._buf = s
                     return out
                 self._buf, self._state = s, _ANSWER
             else:
-                for tail in fmt.content_suffixes:
+                tails = self._wrappers(fmt.content_suffixes)
+                for tail in tails:
                     buf = buf.replace(tail, "")
-                keep = 0 if final else _held(buf, fmt.content_suffixes)
+                keep = 0 if final else _held(buf, tails)
                 if len(buf) > keep:
                     out.append(buf[: len(buf) - keep])
                 self._buf = buf[len(buf) - keep :]
                 return out
+
+    def _wrappers(self, literals: tuple[str, ...]) -> tuple[str, ...]:
+        """The answer's headers or trailers that apply here (none before a block, for a format that wraps the
+        answer only after one)."""
+        return literals if self._closed or self.fmt is None or not self.fmt.wrapped_after_block else ()
 
     def _reason(self, out: list[str], text: str) -> None:
         """Emit reasoning text; until something else than whitespace comes, it waits (whitespace-only

@@ -342,6 +342,8 @@ class Slot:
         elif source is None:
             source = "slot"
         log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
+        if req.on_start is not None:
+            req.on_start(len(prompt), n_past)
         if req.on_prefill is not None:
             req.on_prefill(n_past, len(prompt))
         if not req.resumed:  # a paused request run again is the same request

@@ -211,6 +211,8 @@ class ScriptedBackend:
         gates = self._gates.get(req.session_id)
         gate = gates.pop(0) if gates else None
         cached = min(lcp(self.tokens, prompt), len(prompt) - 1)
+        if req.on_start is not None:
+            req.on_start(len(prompt), cached)
         finish: FinishReason = "stop"
         text = ""
         if gate is not None and not gate._wait(req.cancel):

@@ -4,6 +4,11 @@ from an OpenAI tool dict or from a plain function, and `ToolChoice`, the resolve
 A function's name, docstring (first paragraph: the description; an `Args:` section: parameter
 descriptions) and type-annotated parameters give the tool; msgspec turns the annotations into the JSON
 schema and later converts the model's arguments to those types. Parameters with defaults are optional.
+
+A tool's parameters may use JSON-schema keywords no grammar can enforce (`propertyNames`, `if`/`then` …:
+coding agents send them): the tool is accepted, the rest of its schema enforced, and a
+`tools.schema_partly_enforced` warning names the keyword. (A `response_format` schema with them stays
+an `UnsupportedSchema`: there the caller asked for a guarantee.)
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from runtime.errors import InvalidTool, InvalidToolArguments
+from runtime.errors import InvalidTool, InvalidToolArguments, UnsupportedSchema
 from runtime.grammar.enforceable import check_enforceable
+from runtime.log import get_logger
 from runtime.tools.validate import problem
+
+log = get_logger(__name__)
 
 __all__ = ["Tool", "ToolChoice", "as_tools", "resolve_tool_choice"]
 
@@ -93,7 +101,10 @@ class Tool:
             parameters = msgspec.json.decode(msgspec.json.encode(parameters))  # a JSON-only deep copy
         except (TypeError, msgspec.DecodeError) as err:
             raise InvalidTool(f"tool {name!r}: parameters are not JSON: {err}") from None
-        check_enforceable(parameters, f"#/tools/{name}/parameters")
+        try:
+            check_enforceable(parameters, f"#/tools/{name}/parameters")
+        except UnsupportedSchema as err:  # a hint to the model, enforced as far as a grammar can (docstring)
+            log.warning("tools.schema_partly_enforced", tool=name, reason=err.reason)
         return cls(name, description, parameters)
 
     @classmethod

@@ -1,8 +1,9 @@
 """Which replica should answer a request: the routing key of a chat request and the replicas in the order
 to try them. Plain functions of their inputs (no Ray, no I/O), used by the Ray Serve request router.
 
-The key names the conversation: `session:<id>` for a named session (the `X-Session-Id` header, else the
-request's `user` field, as the HTTP app reads them), else `conv:<hash>` of the conversation's leading
+The key names the conversation: `session:<id>` for a named conversation (the `X-Session-Id` header, the
+session ids coding agents send, or `prompt_cache_key` / `metadata.user_id`: `runtime.serve.http.identity`;
+else the request's `user` field), else `conv:<hash>` of the conversation's leading
 messages (every message up to and including the first user message: the system prompt and the opening
 question), so a stateless client that resends its growing history keeps the same key on every turn.
 
@@ -56,7 +57,8 @@ def conversation_key(messages: list[Any]) -> str:
 
 
 def routing_key(session_header: str | None, body: bytes) -> str:
-    """The key of a chat request; a body that is not a chat request gets a key of its own bytes."""
+    """The key of a chat request; a body that is not a chat request gets a key of its own bytes.
+    `session_header`: the conversation the request names (`runtime.serve.http.identity.conversation_of`)."""
     if session_header:
         return f"session:{session_header}"
     try:

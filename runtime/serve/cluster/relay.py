@@ -21,10 +21,11 @@ from typing import Any
 import anyio
 
 from runtime.log import get_logger
-from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send, header
+from runtime.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 from runtime.serve.cluster.affinity import routing_key
 from runtime.serve.http.endpoint import ClientGone, read_body, send_error
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.identity import conversation_of
 
 __all__ = ["REPLICA_HEADER", "Forwarder", "drive", "forwarded_scope"]
 
@@ -71,7 +72,8 @@ class Forwarder:
             await send_error(send, e)
             return
         if scope.get("method") == "POST":
-            key = routing_key(header(scope, b"x-session-id"), body)
+            headers = {k.lower(): v for k, v in scope.get("headers", [])}
+            key = routing_key(conversation_of(headers, body), body)  # placement only: no ids are shared
         else:
             key = f"path:{scope.get('path', '')}"  # /health, /metrics, /v1/models: any replica
         fwd = forwarded_scope(scope)

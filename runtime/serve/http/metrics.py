@@ -63,6 +63,12 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
     out.metric(
         "client_disconnects_total", "counter", "chat requests whose client left first", [({}, state.disconnects)]
     )
+    out.metric(
+        "http_ignored_fields_total",
+        "counter",
+        "top-level request fields ignored (not declared by the dialect), by dialect and field name",
+        (({"api": a, "field": f}, n) for (a, f), n in sorted(state.unknown_fields.counts.items())),
+    )
     if store is not None:
         _store(out, store)
     if rt is None:

@@ -101,6 +101,7 @@ async def serve(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     request_timeout: float | None = None,
     model_name: str | None = None,
+    normalize: bool = True,
     on_ready: Callable[[str], None] | None = None,
     sock: socket.socket | None = None,
 ) -> None:
@@ -108,7 +109,7 @@ async def serve(
     config to open the Runtime with, or a function that opens it (`Runtime.open(config=..., session_store=...)`,
     `Runtime.serve(...)` over a backend of your own)."""
     open_runtime = _opener(runtime)
-    state = ServeState(model_name=model_name)
+    state = ServeState(model_name=model_name, normalize=normalize)
     application = build(
         state,
         api_key=api_key,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from runtime.api import Runtime
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.tolerance import UnknownFields
 
 __all__ = ["ServeState"]
 
@@ -20,10 +21,12 @@ class ServeState:
     runtime: Runtime | None = None
     closing: bool = False
     model_name: str | None = None
+    normalize: bool = True  # the named normalizations of volatile prompt spans (runtime.serve.http.normalize)
     started: float = field(default_factory=time.time)
     responses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (path, status) -> count
     responses_by_key: Counter[tuple[str, int]] = field(default_factory=Counter)  # (key name, status) -> count
     disconnects: int = 0  # chat requests whose client went away before the reply
+    unknown_fields: UnknownFields = field(default_factory=UnknownFields)  # ignored top-level request fields
     _ids: int = 0
 
     def require(self) -> Runtime:

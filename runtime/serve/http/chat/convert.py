@@ -29,6 +29,7 @@ from runtime.serve.http.chat.schema import (
 )
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.speculation import speculative_option
+from runtime.serve.http.tolerance import not_offered
 
 __all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]
 
@@ -126,6 +127,21 @@ def _reasoning(req: ChatRequest) -> dict[str, Any]:
     return kw
 
 
+def _function_call(value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    """The deprecated `function_call` as a `tool_choice`."""
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return {"type": "function", "function": {"name": value["name"]}}
+    return value
+
+
+def _offered(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The function tools; the others (custom grammars, server tools …) are not offered (one warning)."""
+    offered = [t for t in tools if t.get("type", "function") == "function"]
+    others = [t for t in tools if t.get("type", "function") != "function"]
+    not_offered("chat", (str(t.get("type")) for t in others))
+    return offered
+
+
 def from_request(req: ChatRequest, session_header: str | None) -> Call:
     """The Runtime call for a decoded request; ApiError(400) for what the API refuses itself."""
     if req.n is not None and req.n != 1:
@@ -140,11 +156,15 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         kw["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
     kw.update(_reasoning(req))
     kw.update(speculative_option(req.speculative, req.speculative_n_max))
+    if req.modalities is not None and any(m != "text" for m in req.modalities):
+        raise ApiError.bad_request("only text output is supported (modalities)", param="modalities")
     extras: dict[str, Any] = {}
-    if req.tools:  # an empty list, or a tool_choice without tools, asks for nothing
-        extras["tools"] = req.tools
-        if req.tool_choice is not None:
-            extras["tool_choice"] = req.tool_choice
+    tools = _offered(req.tools or []) or [{"type": "function", "function": f} for f in req.functions or []]
+    choice = req.tool_choice if req.tools else _function_call(req.function_call)
+    if tools:  # an empty list, or a tool_choice without tools, asks for nothing
+        extras["tools"] = tools
+        if choice is not None:
+            extras["tool_choice"] = choice
         if req.parallel_tool_calls is not None:
             extras["parallel_tool_calls"] = req.parallel_tool_calls
     if req.response_format is not None:

@@ -15,7 +15,7 @@ import msgspec
 
 from runtime.api import Runtime
 from runtime.loop.stream import Piece
-from runtime.reply import Reply
+from runtime.reply import Reply, Started
 from runtime.serve.asgi import Scope, Send, header
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.convert import Call
@@ -25,12 +25,14 @@ from runtime.serve.http.endpoint import ClientGone, Endpoint, Work, read_body, s
 from runtime.serve.http.event_stream import relay
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase
 
 # read_body, send_bytes, send_error and ClientGone live in runtime.serve.http.endpoint (importable here too)
 __all__ = ["ChatEndpoint", "ClientGone", "read_body", "send_bytes", "send_error"]
 
 _decoder = msgspec.json.Decoder(ChatRequest)
+_KNOWN = declared(ChatRequest)
 
 
 class ChatEndpoint(Endpoint):
@@ -39,7 +41,9 @@ class ChatEndpoint(Endpoint):
     wants = "a JSON chat completion request"
 
     async def accept(self, body: bytes, scope: Scope) -> Work:
-        call = convert.from_request(_decoder.decode(body), header(scope, b"x-session-id"))
+        req = _decoder.decode(body)
+        self.state.unknown_fields.note("chat", body, _KNOWN)
+        call = convert.from_request(req, header(scope, b"x-session-id"))
         if call.session_id is not None:  # the client's id, in its tenant's namespace
             call.session_id = tenant_of(scope).session_id(call.session_id)
         return _ChatWork(self.state, self.state.require(), call, self.request_timeout)
@@ -68,8 +72,13 @@ class _ChatWork(Work):
 
     async def _stream(self, rt: Runtime, call: Call, send: Send, phase: Phase) -> None:
         items = cast(
-            AsyncGenerator[Piece | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            AsyncGenerator[Piece | Started | Reply, None],
+            rt.complete_stream_started(
+                call.messages,
+                session_id=call.session_id,
+                timeout=self.request_timeout,
+                **call.kwargs,
+            ),
         )
 
         async def end(writer: ChunkWriter, reply: Reply) -> bytes:

@@ -20,7 +20,7 @@ import msgspec
 from starlette.routing import Route
 
 from runtime.api import Runtime
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Scope, Send, header
 from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
 from runtime.serve.http.event_stream import relay
@@ -29,6 +29,7 @@ from runtime.serve.http.messages.convert import CountRequest, MessagesCall, Mess
 from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase
 
 __all__ = ["PATHS", "CountTokensEndpoint", "MessagesEndpoint", "count_tokens", "routes"]
@@ -36,6 +37,7 @@ __all__ = ["PATHS", "CountTokensEndpoint", "MessagesEndpoint", "count_tokens", "
 PATHS = frozenset({"/v1/messages", "/v1/messages/count_tokens"})
 _messages = msgspec.json.Decoder(MessagesRequest)
 _count = msgspec.json.Decoder(CountRequest)
+_KNOWN = declared(MessagesRequest)  # count_tokens gets whole Messages bodies too: the same fields are known
 
 
 class MessagesEndpoint(Endpoint):
@@ -46,9 +48,10 @@ class MessagesEndpoint(Endpoint):
 
     async def accept(self, body: bytes, scope: Scope) -> Work:
         req = _messages.decode(body)
+        self.state.unknown_fields.note("messages", body, _KNOWN)
         client_id = header(scope, b"x-session-id")
         session_id = tenant_of(scope).session_id(client_id) if client_id else None
-        call = anthropic.from_request(req, session_id)
+        call = anthropic.from_request(req, session_id, normalize=self.state.normalize)
         return _MessagesWork(self.state, self.state.require(), call, self.request_timeout)
 
 
@@ -75,8 +78,13 @@ class _MessagesWork(Work):
 
     async def _stream(self, rt: Runtime, call: MessagesCall, send: Send, phase: Phase) -> None:
         items = cast(
-            AsyncGenerator[str | ToolCallDelta | Reply, None],
-            rt.complete_stream(call.messages, session_id=call.session_id, timeout=self.request_timeout, **call.kwargs),
+            AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
+            rt.complete_stream_started(
+                call.messages,
+                session_id=call.session_id,
+                timeout=self.request_timeout,
+                **call.kwargs,
+            ),
         )
 
         async def end(events: MessageEvents, reply: Reply) -> bytes:
@@ -84,12 +92,14 @@ class _MessagesWork(Work):
 
         async with contextlib.aclosing(items):  # pieces: thinking, answer text, or a piece of a tool call
             make = lambda: MessageEvents(anthropic.message_id(), self.state.model)  # noqa: E731
-            await relay(items, send, make, end, opening=MessageEvents.start, phase=phase)
+            await relay(
+                items, send, make, end, opening=MessageEvents.start, keepalive_event=MessageEvents.ping, phase=phase
+            )
 
 
-async def count_tokens(rt: Runtime, req: CountRequest) -> int:
+async def count_tokens(rt: Runtime, req: CountRequest, *, normalize: bool = True) -> int:
     """The prompt's token count for a request, rendered as a turn renders it (`Runtime.count_tokens`)."""
-    messages, kw = anthropic.prompt_of(req)
+    messages, kw = anthropic.prompt_of(req, normalize=normalize)
     return await rt.count_tokens(messages, **kw)
 
 
@@ -113,7 +123,9 @@ class CountTokensEndpoint(Endpoint):
     anthropic = True
 
     async def accept(self, body: bytes, scope: Scope) -> Work:
-        messages, kw = anthropic.prompt_of(_count.decode(body))
+        req = _count.decode(body)
+        self.state.unknown_fields.note("messages", body, _KNOWN)
+        messages, kw = anthropic.prompt_of(req, normalize=self.state.normalize)
         return _Counted(self.state.require(), messages, kw)
 
 

@@ -1,6 +1,7 @@
 """The Anthropic Messages stream: `event: NAME\\ndata: {json}\\n\\n` events in Anthropic's order.
 
-    message_start (usage 0: the counts come with message_delta), ping,
+    message_start (sent when the slot starts the turn, with the prompt's input and cache-read tokens), ping
+    (and one more every keep-alive interval while nothing else is sent),
     per block: content_block_start, content_block_delta..., content_block_stop
         (thinking: thinking_delta pieces, then one signature_delta with signature ""; text: text_delta;
          tool_use: started with `input` {}, then input_json_delta pieces as the Runtime's `ToolCallDelta`
@@ -24,7 +25,7 @@ import msgspec
 
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.messages import convert as anthropic
 from runtime.tools.calls import canonical_arguments
@@ -53,7 +54,16 @@ class MessageEvents:
         self._call: int | None = None  # the index (in the reply) of the call being streamed
         self._late = ""  # answer text that came after a call had started (not streamed)
 
-    def start(self) -> bytes:
+    def start(self, started: Started | None = None) -> bytes:
+        """message_start (the prompt's token counts when the slot started the turn: `started`) and a ping."""
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        if started is not None:  # the split of the final usage: input is what is not read from the cache
+            usage = {
+                "input_tokens": started.prompt_tokens - started.cached_tokens,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": started.cached_tokens,
+                "output_tokens": 0,
+            }
         message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
@@ -62,9 +72,13 @@ class MessageEvents:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": usage,
         }
-        return event("message_start", {"message": message}) + event("ping", {})
+        return event("message_start", {"message": message}) + self.ping()
+
+    def ping(self) -> bytes:
+        """Anthropic's keep-alive event."""
+        return event("ping", {})
 
     def _begin(self, block: dict[str, Any]) -> bytes:
         self._index += 1

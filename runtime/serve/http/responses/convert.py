@@ -4,8 +4,9 @@ Input items become chat messages the way llama-server converts them (`server_cha
 chatcmpl`): a string input is one user message; `instructions` the system prompt; `developer` a system
 message; consecutive assistant items (reasoning, message, function_call) merge into one assistant message
 (reasoning as its `reasoning_content`, function calls as its `tool_calls`); a `function_call_output` is a
-tool message. System messages may only lead the conversation (a session has one system prompt): they are
-joined, after the instructions, with a blank line.
+tool message. System and developer messages are merged into the one system prompt a session has (Codex
+sends developer messages between turns): joined, after the instructions, with a blank line, in order.
+Tools other than function tools are not offered to the model (one warning names them).
 
 Every input item is also kept, normalized and with an id, for `GET /v1/responses/{id}/input_items`.
 """
@@ -17,13 +18,17 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from runtime.errors import BadInput
 from runtime.grammar import schema_for
+from runtime.log import get_logger
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.responses.schema import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    FunctionTool,
     InputItem,
     MessageItem,
     ReasoningItem,
@@ -31,6 +36,9 @@ from runtime.serve.http.responses.schema import (
     decode_item,
 )
 from runtime.serve.http.speculation import speculative_option
+from runtime.serve.http.tolerance import not_offered
+
+log = get_logger(__name__)
 
 __all__ = ["Turn", "new_id", "output_items", "parse", "text_of", "usage"]
 
@@ -53,7 +61,33 @@ class Turn:
 def _items(req: ResponsesRequest) -> list[InputItem]:
     if isinstance(req.input, str):
         return [MessageItem(role="user", content=req.input)]
-    return [decode_item(raw, i) for i, raw in enumerate(req.input)]
+    items: list[InputItem] = []
+    dropped: list[str] = []
+    for i, raw in enumerate(req.input):
+        item = decode_item(raw, i)
+        if isinstance(item, str):
+            dropped.append(item)
+        else:
+            items.append(item)
+    if dropped:
+        log.warning("serve.items_dropped", api="responses", items=sorted(set(dropped)))
+    return items
+
+
+def _tools(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The function tools, as chat tools; the others (web_search, namespace, custom, mcp …) are not offered."""
+    tools: list[dict[str, Any]] = []
+    others: list[str] = []
+    for i, t in enumerate(raw):
+        if t.get("type") != "function":
+            others.append(f"{t.get('type')}:{t.get('name', t.get('server_label', ''))}")
+            continue
+        try:
+            tools.append(msgspec.convert(t, FunctionTool).chat_tool())
+        except msgspec.ValidationError as e:
+            raise ApiError.bad_request(f"tools[{i}]: {e}", param=f"tools[{i}]") from None
+    not_offered("responses", others)
+    return tools
 
 
 def _stored(item: InputItem) -> dict[str, Any]:
@@ -105,12 +139,7 @@ def _messages(items: list[InputItem]) -> tuple[str | None, list[dict[str, Any]]]
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
         if isinstance(item, MessageItem) and item.role in ("system", "developer"):
-            if out:
-                raise ApiError.bad_request(
-                    f"input[{i}]: a {item.role} message may only come before the conversation's other items",
-                    param=f"input[{i}]",
-                )
-            systems.append(item.text())
+            systems.append(item.text())  # merged into the one system prompt (module docstring)
         elif isinstance(item, MessageItem) and item.role == "user":
             out.append({"role": "user", "content": item.text()})
         elif isinstance(item, MessageItem):
@@ -170,6 +199,9 @@ def parse(req: ResponsesRequest) -> Turn:
     """The request's turn; ApiError(400) for what the API refuses (nothing is queued or stored)."""
     if req.background:
         raise ApiError.bad_request("background responses are not supported", param="background")
+    for name in ("conversation", "prompt"):  # server-side state: ignoring it would change the reply
+        if getattr(req, name) is not None:
+            raise ApiError.bad_request(f"{name} is not supported by this server (send the input itself)", param=name)
     items = _items(req)
     if not items:
         raise ApiError.bad_request("input must be a string or a non-empty list of items", param="input")
@@ -180,8 +212,9 @@ def parse(req: ResponsesRequest) -> Turn:
             kw[name] = getattr(req, name)
     if req.max_output_tokens is not None:
         kw["max_tokens"] = req.max_output_tokens
-    if req.tools:
-        kw["tools"] = [t.chat_tool() for t in req.tools]
+    tools = _tools(req.tools or [])
+    if tools:
+        kw["tools"] = tools
         if req.tool_choice is not None:
             kw["tool_choice"] = _tool_choice(req.tool_choice)
         if req.parallel_tool_calls is not None:

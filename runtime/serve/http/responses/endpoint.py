@@ -31,7 +31,7 @@ from starlette.routing import Route
 from runtime.api import Runtime
 from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
-from runtime.reply import Reply, ToolCallDelta
+from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Scope, Send
 from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
 from runtime.serve.http.errors import ApiError
@@ -42,6 +42,7 @@ from runtime.serve.http.responses.store import Record, ResponseStore
 from runtime.serve.http.responses.stream import EventWriter
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import Tenant, tenant_of
+from runtime.serve.http.tolerance import declared
 from runtime.serve.http.watch import Phase
 
 __all__ = ["PATHS", "ResponsesApi"]
@@ -50,6 +51,7 @@ log = get_logger(__name__)
 
 PATHS = frozenset({"/v1/responses"})
 _decoder = msgspec.json.Decoder(ResponsesRequest)
+_KNOWN = declared(ResponsesRequest)
 
 
 def _not_found(e: ResponseNotFound, param: str | None = None) -> ApiError:
@@ -194,6 +196,7 @@ class ResponsesApi:
 
     async def accept(self, body: bytes, scope: Scope) -> _Create:
         req = _decoder.decode(body)
+        self.state.unknown_fields.note("responses", body, _KNOWN)
         turn = rc.parse(req)
         rt = self.state.require()
         return _Create(self, rt, await self._plan(rt, req, tenant_of(scope), turn))
@@ -271,7 +274,8 @@ class ResponsesApi:
 
     async def _stream(self, rt: Runtime, plan: _Plan, send: Send) -> None:
         items = cast(
-            AsyncGenerator[str | ToolCallDelta | Reply, None], rt.complete_stream(plan.messages(), **self._kwargs(plan))
+            AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
+            rt.complete_stream_started(plan.messages(), **self._kwargs(plan)),
         )
 
         async def end(writer: EventWriter, reply: Reply) -> bytes:

@@ -1,10 +1,15 @@
 """The OpenAI Responses API's request body and input items as msgspec Structs (POST /v1/responses).
 
-Unlike chat completions, the Responses request is decoded strictly: an unknown field, or a known one with
-the wrong type, is a 400 naming it (`forbid_unknown_fields`). The fields the official clients and the
-Agents SDK send and that turnstile does not act on (`include`, `truncation`, `user`, `service_tier` …) are
-declared and accepted. Input items are decoded one by one by their `type` (a message may omit it), so
-that an error names the item: `input[3]`.
+A known field with the wrong type is a 400 naming it; an unknown field is ignored (top-level ones are
+counted in /metrics, `runtime.serve.http.tolerance`), as a client release may add one. The fields the
+official clients and the Agents SDK send and that turnstile does not act on (`include`, `truncation`,
+`user`, `service_tier`, `prompt_cache_key`, `client_metadata` …) are declared and accepted; `conversation`
+and `prompt` (server-side state turnstile does not hold) are declared so that a value is a 400 naming
+them. Input items are decoded one by one by their `type` (a message may omit it), so that an error names
+the item: `input[3]`; item types that are not messages, function calls, their outputs or reasoning
+(server tools' calls, MCP, custom tools …) are dropped with a warning naming them, except `item_reference`
+(a 400: what it names would be missing). Content a text model cannot read (`input_image`, `input_file`,
+`input_audio`) is a 400.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ __all__ = [
     "decode_item",
 ]
 
+TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text"})
 
-class _Strict(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    pass
+
+class _Strict(msgspec.Struct, kw_only=True):
+    """Known fields are typed strictly; unknown ones are ignored (module docstring)."""
 
 
 class TextPart(_Strict):
     """A text content part: `input_text` (user, system) or `output_text` (assistant); `refusal` is text too."""
 
-    type: Literal["input_text", "output_text", "text", "refusal"]
+    type: str  # input_text, output_text, text, refusal; others checked by `decode_item`
     text: str | None = None
     refusal: str | None = None
     annotations: list[Any] | None = None
@@ -111,19 +118,40 @@ _ITEM_TYPES: dict[str, type[InputItem]] = {
 }
 
 
-def decode_item(raw: object, index: int) -> InputItem:
-    """One input item, checked (`msgspec.ValidationError` naming `input[index]` when it is wrong)."""
+def _check_parts(item: InputItem, index: int) -> InputItem:
+    parts = (
+        item.content
+        if isinstance(item, MessageItem)
+        else item.output
+        if isinstance(item, FunctionCallOutputItem)
+        else None
+    )
+    for j, part in enumerate(parts if isinstance(parts, list) else []):
+        if part.type not in TEXT_PARTS:
+            raise msgspec.ValidationError(
+                f"content of type {part.type!r} is not supported: this server's model reads text only"
+                f" - at `$.input[{index}].content[{j}]`"
+            )
+    return item
+
+
+def decode_item(raw: object, index: int) -> InputItem | str:
+    """One input item, checked (`msgspec.ValidationError` naming `input[index]` when it is wrong), or the
+    type of an item that is dropped (module docstring)."""
     if not isinstance(raw, dict):
         raise msgspec.ValidationError(f"Expected `object`, got `{type(raw).__name__}` - at `$.input[{index}]`")
     kind = raw.get("type", "message")
-    cls = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
-    if cls is None:
+    if not isinstance(kind, str):
+        raise msgspec.ValidationError(f"Expected `str` - at `$.input[{index}].type`")
+    cls = _ITEM_TYPES.get(kind)
+    if kind == "item_reference":
         raise msgspec.ValidationError(
-            f"item type {kind!r} is not supported (message, function_call, function_call_output, reasoning)"
-            f" - at `$.input[{index}].type`"
+            f"item references are not supported (send the item itself) - at `$.input[{index}]`"
         )
+    if cls is None:
+        return kind
     try:
-        return msgspec.convert(raw, cls)
+        return _check_parts(msgspec.convert(raw, cls), index)
     except msgspec.ValidationError as e:
         text = str(e).replace("at `$", f"at `$.input[{index}]", 1)
         if "at `$" not in text:
@@ -162,7 +190,7 @@ class TextOptions(_Strict):
 
 
 class ReasoningOptions(_Strict):
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    effort: str | None = None  # "none" / "minimal": off; any other level: on
     summary: str | None = None
     generate_summary: str | None = None
 
@@ -173,7 +201,7 @@ class ResponsesRequest(_Strict):
     input: str | list[Any]
     model: str | None = None
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[dict[str, Any]] | None = None  # function tools are offered; others are not (convert)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     text: TextOptions | None = None
@@ -195,6 +223,12 @@ class ResponsesRequest(_Strict):
     stream_options: dict[str, Any] | None = None
     background: bool | None = None
     top_logprobs: int | None = None
+    client_metadata: dict[str, Any] | None = None  # Codex sends it on every request
+    prompt_cache_retention: str | None = None
+    max_tool_calls: int | None = None
+    # server-side state turnstile does not hold: a value is a 400 naming the field
+    conversation: Any = None
+    prompt: Any = None
     # llama-server's extensions, as on chat completions
     seed: int | None = None
     top_k: int | None = None

@@ -26,7 +26,7 @@ import msgspec
 
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
-from runtime.reply import ToolCallDelta
+from runtime.reply import Started, ToolCallDelta
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.responses import convert as rc
 
@@ -54,7 +54,8 @@ class EventWriter:
         self.seq += 1
         return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(body) + b"\n\n"
 
-    def start(self) -> bytes:
+    def start(self, started: Started | None = None) -> bytes:
+        """response.created and response.in_progress (sent as soon as the slot starts the turn)."""
         snapshot = {**self.response, "status": "in_progress", "output": []}
         return self.event("response.created", response=snapshot) + self.event("response.in_progress", response=snapshot)
 
