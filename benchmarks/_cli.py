@@ -20,6 +20,7 @@ from runtime.llama.models import default_model_path
 __all__ = [
     "add_common_args",
     "add_turnstile_args",
+    "cache_types",
     "check_binary",
     "common_params",
     "out_path",
@@ -47,6 +48,10 @@ def add_common_args(ap: argparse.ArgumentParser, *, conversations: int, turns: i
     ap.add_argument("--threads", type=int, default=2, help="threads for every system (prefill and decode)")
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="a llama-server binary to compare with")
+    ap.add_argument(
+        "--cache-type", default="f16", metavar="TYPE", help="K and V cache type of every system (-ctk/-ctv): f16, q8_0"
+    )
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, metavar="N", help="GPU layers of every system")
     ap.add_argument("--out", default=None, metavar="DIR", help=f"where to write NAME.json (default: {RESULTS_DIR})")
 
 
@@ -75,9 +80,32 @@ def turnstile_variants(ap: argparse.ArgumentParser, args: argparse.Namespace) ->
     return out
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def settings_from(args: argparse.Namespace, cache_type: str | None = None) -> Settings:
+    """The run's settings; `cache_type` None: the one `--cache-type` names (a usage error if it names several)."""
     model = Path(args.model) if args.model else default_model_path()
-    return Settings(model=model, n_ctx=args.n_ctx, threads=args.threads, max_tokens=args.max_tokens, seed=SEED)
+    types = cache_types(args)
+    if cache_type is None and len(types) > 1:
+        raise SystemExit(f"--cache-type: this benchmark takes one type, not {args.cache_type!r}")
+    return Settings(
+        model=model,
+        n_ctx=args.n_ctx,
+        threads=args.threads,
+        max_tokens=args.max_tokens,
+        seed=SEED,
+        cache_type=cache_type or types[0],
+        n_gpu_layers=args.n_gpu_layers,
+    )
+
+
+def cache_types(args: argparse.Namespace) -> list[str]:
+    """`--cache-type`, a comma-separated list, each one checked."""
+    from runtime.config import KV_TYPES
+
+    types = [t for t in args.cache_type.split(",") if t]
+    bad = [t for t in types if t not in KV_TYPES]
+    if bad or not types:
+        raise SystemExit(f"--cache-type: unknown {bad}; choose from {', '.join(KV_TYPES)}")
+    return types
 
 
 def common_params(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -92,6 +120,8 @@ def common_params(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         "n_batch": N_BATCH,
         "n_ubatch": N_UBATCH,
         "flash_attn": True,
+        "cache_type": args.cache_type,
+        "n_gpu_layers": settings.n_gpu_layers,
         "seed": settings.seed,
         "llama_server": args.llama_server,
     }

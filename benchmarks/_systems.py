@@ -21,6 +21,7 @@ import msgspec
 
 from benchmarks._workload import N_BATCH, N_UBATCH, Factory, Outcome, Settings
 from caches.tokens import lcp
+from runtime.config import KV_TYPES
 from runtime.testing.llama_server import LlamaServer
 from runtime.testing.workloads import Messages
 
@@ -73,6 +74,7 @@ class TurnstileSystem:
                         flash_attn=True,
                         cache_ram_mib=cache_ram_mib,
                         policy=policy,
+                        **settings.runtime_options,
                         **(options or {}),
                     )
                 )
@@ -149,6 +151,9 @@ class LlamaCppSystem:
             n_threads=settings.threads,
             n_threads_batch=settings.threads,
             flash_attn=True,
+            type_k=KV_TYPES[settings.cache_type],
+            type_v=KV_TYPES[settings.cache_type],
+            n_gpu_layers=settings.n_gpu_layers,
             seed=settings.seed,
             verbose=False,
         )
@@ -197,6 +202,7 @@ class ServerSystem:
             n_batch=N_BATCH,
             n_ubatch=N_UBATCH,
             seed=settings.seed,
+            extra_args=settings.server_args,
         )
         self.srv.start()
         self.open_seconds = time.perf_counter() - t0

@@ -48,6 +48,18 @@ class Settings:
     threads: int = 2
     max_tokens: int = 48
     seed: int = SEED
+    cache_type: str = "f16"  # K and V cache type of every system (llama-server -ctk/-ctv)
+    n_gpu_layers: int = 0  # layers offloaded to the GPU by every system (llama-server -ngl)
+
+    @property
+    def runtime_options(self) -> dict[str, Any]:
+        """The hardware keywords of `Runtime.open` for these settings."""
+        return {"type_k": self.cache_type, "type_v": self.cache_type, "n_gpu_layers": self.n_gpu_layers}
+
+    @property
+    def server_args(self) -> list[str]:
+        """The same for llama-server's command line."""
+        return ["-ctk", self.cache_type, "-ctv", self.cache_type, "-ngl", str(self.n_gpu_layers)]
 
     @property
     def sampling(self) -> dict[str, Any]:

@@ -57,7 +57,7 @@ from caches.disk.format import KIND_BLOCK, KIND_BLOCKED, KIND_STATE, decode, tok
 from caches.disk.store import BLK, REC
 from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import Memory
-from runtime.config import EngineConfig
+from runtime.config import KV_TYPES, EngineConfig
 from runtime.errors import StateFormatError
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
@@ -124,7 +124,13 @@ def _fill(eng: Engine, n_tokens: int, *, evaluate: bool = True) -> list[int]:
 
 def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     model = Path(args.model) if args.model else default_model_path()
-    cfg = EngineConfig(n_ctx=args.n_ctx, n_threads=args.threads)
+    cfg = EngineConfig(
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        n_gpu_layers=args.n_gpu_layers,
+        type_k=args.cache_type,
+        type_v=args.cache_type,
+    )
     rows: list[dict[str, Any]] = []
     with Engine(model, cfg) as eng:
         saved = Path(args.state_file) if args.state_file else None
@@ -377,6 +383,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--state-file", default=None, help="keep the prefilled state here and reuse it (skips prefill)")
     ap.add_argument("--block-cells", type=int, default=DEFAULT_BLOCK_CELLS, help="cells per block (disk blocks rows)")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write swap.json")
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="GPU layers (the state moves device <-> host)")
+    ap.add_argument("--cache-type", default="f16", choices=KV_TYPES, help="K and V cache type (-ctk/-ctv)")
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.tokens >= args.n_ctx or args.repeat < 1:
         ap.error("--tokens must be in 1..n_ctx-1 and --repeat at least 1")
@@ -391,6 +399,8 @@ def main(argv: list[str]) -> None:
             "n_ctx": args.n_ctx,
             "repeat": args.repeat,
             "threads": args.threads,
+            "n_gpu_layers": args.n_gpu_layers,
+            "cache_type": args.cache_type,
             "state_bytes": rows[0]["state_bytes"],
             "command": "python -m benchmarks swap " + " ".join(argv),
         },

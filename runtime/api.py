@@ -14,9 +14,10 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import SlotBackend, SlotStats
+from runtime.backend.protocol import EngineInfo, SlotBackend, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
+from runtime.llama import hub
 from runtime.log import get_logger
 from runtime.loop import validate as v
 from runtime.loop.engine_view import EngineView, build_view
@@ -129,6 +130,8 @@ class Runtime(SessionOps):
         config: RuntimeConfig | None = None,
         *,
         session_store: SessionStore | str | None = None,
+        hf: str | None = None,
+        hf_file: str | None = None,
         **settings: Any,
     ) -> AsyncIterator[Runtime]:
         """Load the model (off the event loop), start the worker; close everything on exit.
@@ -140,12 +143,26 @@ class Runtime(SessionOps):
         session_store: where sessions live instead (the Runtime closes it on exit): a `SessionStore`, or a
         Redis URL (`redis://`, `rediss://`, `unix://`) for a `RedisStore` shared by several runtimes; data_dir
         then holds only the disk tier.
+        hf "ORG/REPO[:QUANT]" (instead of model) and hf_file: a GGUF downloaded from the Hugging Face hub into
+        its cache, chosen as llama-server's `-hf`/`--hf-file` choose it (`runtime.llama.hub`; the `hub` extra).
+        The hardware settings (llama-server's flags, docs/hardware.md): n_gpu_layers (-ngl; -1 all),
+        type_k/type_v (-ctk/-ctv: f16, bf16, q8_0, q4_0, ...), flash_attn (-fa: True, False or "auto"),
+        use_mmap, use_mlock.
         """
+        source = None
+        if hf is not None or hf_file is not None:
+            if model is not None or "model" in settings:
+                raise InvalidConfig("model and hf are two sources for the model: give one")
+            if hf is None:
+                raise InvalidConfig("hf_file needs hf (the repository)")
+            source = hub.parse_repo(hf, hf_file)
         config = (config if config is not None else RuntimeConfig()).replace(**settings)
         if model is not None:
             config = config.replace(model=model)
         if session_store is not None and not isinstance(session_store, str | SessionStore):
             raise InvalidConfig(f"session_store must be a SessionStore, a Redis URL or None, not {session_store!r}")
+        if source is not None:
+            config = config.replace(model=await anyio.to_thread.run_sync(hub.download, source))
         from runtime.backend.llama import LlamaBackend  # loads llama.cpp: only when a model is opened
 
         thread = SlotThread()  # built where it will run: llama.cpp's threads belong to the calling thread
@@ -542,6 +559,11 @@ class Runtime(SessionOps):
             disk=self.backend.disk_stats(),
             sessions=self.store.count(),
         )
+
+    def engine_info(self) -> EngineInfo:
+        """The hardware settings the model runs with: GPU layers offloaded (0 on a CPU build), KV cache types,
+        flash attention, mmap/mlock, threads (what `/v1/models` reports in its `meta`, beside `model_info`)."""
+        return self.backend.engine_info()
 
 
 __all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError", "reasoning_options"]

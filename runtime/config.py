@@ -14,7 +14,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from caches.prompt_cache import default_limit_bytes
 from runtime.cache_rules import CacheRuleSet
@@ -26,17 +26,29 @@ from runtime.types import SPECULATIVE, CacheRules, Speculative
 from sessions.model import CONTEXT_POLICIES, ContextPolicy
 
 __all__ = [
+    "FLASH_ATTN_NAMES",
     "KV_TYPES",
+    "QUANTIZED_KV",
     "CacheConfig",
     "EngineConfig",
+    "FlashAttn",
     "LoopOptions",
     "RuntimeConfig",
     "SchedulerConfig",
     "reasoning_options",
 ]
 
-KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
-"""K/V cache types by name, with their ggml type ids."""
+KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2, "q4_1": 3, "iq4_nl": 20, "q5_0": 6, "q5_1": 7}
+"""K/V cache types by name (llama-server's `-ctk/-ctv` values, in its order), with their ggml type ids."""
+
+QUANTIZED_KV = frozenset({"q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"})
+"""The block-quantized K/V types: a quantized V cache needs flash attention, and each needs a head size that is
+a multiple of its block (32 values); llama.cpp refuses the context otherwise."""
+
+FlashAttn = bool | Literal["auto"]
+"""Flash attention: True (llama-server's `-fa on`), False (`off`) or "auto" (llama.cpp decides per device)."""
+
+FLASH_ATTN_NAMES: dict[str, FlashAttn] = {"on": True, "off": False, "auto": "auto"}
 
 
 def _is_int(value: object) -> bool:
@@ -52,12 +64,13 @@ class EngineConfig:
     n_ubatch: int = 512  # physical batch: tokens one compute graph evaluates
     n_threads: int | None = None  # decode threads (None: physical cores, as llama-server)
     n_threads_batch: int | None = None  # prefill threads (None: same as n_threads)
-    flash_attn: bool = True  # flash attention
+    flash_attn: FlashAttn = True  # flash attention: True, False or "auto" ("on"/"off" are read as True/False)
     swa_full: bool = False  # sliding-window models keep the full-size KV cache (no SWA pruning)
     type_k: str = "f16"  # K cache type, a `KV_TYPES` name
     type_v: str = "f16"  # V cache type, a `KV_TYPES` name
-    n_gpu_layers: int = 0  # layers offloaded to the GPU
+    n_gpu_layers: int = 0  # layers offloaded to the GPU; -1: all of them (a build without a GPU backend: none)
     use_mmap: bool = True  # map the model file instead of reading it
+    use_mlock: bool = False  # keep the model's pages in RAM (llama-server's --mlock)
     chat_template: str | os.PathLike[str] | None = None  # Jinja source or a template file (None: the GGUF's)
 
     def __post_init__(self) -> None:
@@ -71,14 +84,35 @@ class EngineConfig:
                 raise InvalidConfig(f"{name} must be None or an int >= 1, not {value!r}")
         for name in ("type_k", "type_v"):
             if getattr(self, name) not in KV_TYPES:
-                raise InvalidConfig(f"{name} must be one of {sorted(KV_TYPES)}")
+                raise InvalidConfig(f"{name} must be one of {', '.join(KV_TYPES)}, not {getattr(self, name)!r}")
+        fa = self.flash_attn
+        if isinstance(fa, str) and fa in FLASH_ATTN_NAMES:
+            object.__setattr__(self, "flash_attn", FLASH_ATTN_NAMES[fa])
+        elif not isinstance(fa, bool):
+            raise InvalidConfig(f"flash_attn must be True, False, 'on', 'off' or 'auto', not {fa!r}")
+        if self.type_v in QUANTIZED_KV and self.flash_attn is False:
+            raise InvalidConfig(
+                f"a quantized V cache (type_v={self.type_v}) needs flash attention: use flash_attn 'on' or 'auto' "
+                "(llama-server: -fa on), or type_v f16"
+            )
+        if not _is_int(self.n_gpu_layers) or self.n_gpu_layers < -1:
+            raise InvalidConfig(f"n_gpu_layers must be an int >= 0, or -1 for all layers, not {self.n_gpu_layers!r}")
+        for name in ("use_mmap", "use_mlock"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidConfig(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.chat_template is not None:
             chat_template_source(self.chat_template)  # Jinja source, or a file that can be read
 
+    @property
+    def flash_attn_name(self) -> str:
+        """Flash attention as llama-server names it: "on", "off" or "auto"."""
+        return "auto" if self.flash_attn == "auto" else "on" if self.flash_attn else "off"
+
     def settings_key(self) -> str:
         """The context settings a saved state depends on (part of every stored state's header)."""
+        fa = "auto" if self.flash_attn == "auto" else int(self.flash_attn)  # "1"/"0": the keys states already carry
         return (
-            f"n_ctx={self.n_ctx};n_batch={self.n_batch};n_ubatch={self.n_ubatch};fa={int(self.flash_attn)};"
+            f"n_ctx={self.n_ctx};n_batch={self.n_batch};n_ubatch={self.n_ubatch};fa={fa};"
             f"swa_full={int(self.swa_full)};type_k={self.type_k};type_v={self.type_v}"
         )
 

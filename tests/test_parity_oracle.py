@@ -9,11 +9,13 @@ accounting: cache_n == cached_tokens, prompt_n == prefilled_tokens, predicted_n 
 
 Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (built from the llama.cpp that
 llama-cpp-python vendors, so both sides run the same kernels: `make oracle`); skipped without one, failed
-without one in CI (tests/conftest.py, runtime/testing/oracle.py).
+without one in CI (tests/conftest.py, runtime/testing/oracle.py). TURNSTILE_TEST_GPU_LAYERS=N offloads N
+layers on both sides (`-ngl N`; `python -m benchmarks gpu-check` sets 99); default 0.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ N_UBATCH = 512
 THREADS = 2
 MAX_TOKENS = 48
 SEED = 0
+GPU_LAYERS = int(os.environ.get("TURNSTILE_TEST_GPU_LAYERS", "0"))
 GREEDY = Sampling(temperature=0.0, seed=SEED)
 
 # six personas with five turns each (shared with the benchmarks); the test plays the first 4 x 3
@@ -92,6 +95,7 @@ def play_server(binary: str, model: Path, n_conv: int, n_turn: int, cache_ram_mi
         n_batch=N_BATCH,
         n_ubatch=N_UBATCH,
         seed=SEED,
+        extra_args=("-ngl", str(GPU_LAYERS)),
     ) as srv:
         for c, t in schedule(n_conv, n_turn):
             msgs = history(c, t, replies)
@@ -120,7 +124,10 @@ def play_turnstile(model: Path, n_conv: int, n_turn: int, cache_ram_mib: int) ->
     out: list[Turn] = []
     replies: dict[tuple[int, int], str] = {}
     with Engine(
-        model, EngineConfig(n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=THREADS, flash_attn=True)
+        model,
+        EngineConfig(
+            n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=THREADS, flash_attn=True, n_gpu_layers=GPU_LAYERS
+        ),
     ) as eng:
         slot = Slot(eng, cache_ram_bytes=cache_ram_mib << 20, cache_rules="llama-server")
         for c, t in schedule(n_conv, n_turn):
@@ -220,10 +227,12 @@ def test_penalties_and_stop_strings_match_llama_server(binary: str, smollm2_path
         [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "The sea, the sea, the sea."}],
         [{"role": "system", "content": "You are a historian."}, {"role": "user", "content": "List Roman emperors."}],
     ]
-    eng = Engine(smollm2_path, EngineConfig(n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=THREADS))
+    config = EngineConfig(n_ctx=N_CTX, n_batch=N_BATCH, n_ubatch=N_UBATCH, n_threads=THREADS, n_gpu_layers=GPU_LAYERS)
+    eng = Engine(smollm2_path, config)
     try:
         slot = Slot(eng, cache_ram_bytes=8192 << 20, cache_rules="llama-server")
-        with LlamaServer(binary, smollm2_path, n_ctx=N_CTX, threads=THREADS, cache_ram_mib=8192) as srv:
+        ngl = ("-ngl", str(GPU_LAYERS))
+        with LlamaServer(binary, smollm2_path, n_ctx=N_CTX, threads=THREADS, cache_ram_mib=8192, extra_args=ngl) as srv:
             for msgs in chats:
                 for stop in ((), (".",)):
                     want = srv.chat(msgs, max_tokens=MAX_TOKENS, seed=SEED, stop=list(stop), **sampling)

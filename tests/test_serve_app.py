@@ -201,7 +201,13 @@ async def test_models_health_metrics_and_404(scripted: Scripted) -> None:
         async with client(make_app(rt, model_name="tiny")) as c:
             models = (await c.get("/v1/models")).json()
             assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["tiny"]
-            assert models["data"][0]["meta"] == {"n_vocab": 0, "n_ctx": 400, "n_ctx_train": 400}  # scripted: no vocab
+            meta = models["data"][0]["meta"]
+            assert {k: meta[k] for k in ("n_vocab", "n_ctx", "n_ctx_train")} == {
+                "n_vocab": 0,
+                "n_ctx": 400,
+                "n_ctx_train": 400,
+            }
+            assert (meta["n_gpu_layers"], meta["type_k"], meta["type_v"]) == (0, "f16", "f16")  # scripted: no vocab
             assert models["models"][0]["name"] == "tiny"  # llama-server's list beside OpenAI's
             await c.post("/v1/chat/completions", json={"messages": HI})
             await c.post("/v1/chat/completions", json={"messages": HI, "n": 3})

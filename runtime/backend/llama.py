@@ -10,6 +10,7 @@ from caches.disk.stats import DiskTierStats
 from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
 from caches.tiered import Location
+from runtime.backend.info import EngineInfo
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
@@ -171,6 +172,23 @@ class LlamaBackend:
 
     def disk_stats(self) -> DiskTierStats | None:
         return self.disk.stats() if self.disk is not None else None
+
+    def engine_info(self) -> EngineInfo:
+        eng, cfg = self.engine, self.engine.config
+        return EngineInfo(
+            model=self.name,
+            n_ctx=self.n_ctx,
+            n_layer=eng.n_layer,
+            n_gpu_layers=eng.n_gpu_layers,
+            n_gpu_layers_requested=cfg.n_gpu_layers,
+            gpu_offload=eng.gpu_offload,
+            type_k=cfg.type_k,
+            type_v=cfg.type_v,
+            flash_attn=cfg.flash_attn_name,
+            use_mmap=cfg.use_mmap,
+            use_mlock=cfg.use_mlock,
+            n_threads=eng.n_threads,
+        )
 
     def close(self) -> None:
         try:

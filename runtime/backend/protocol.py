@@ -16,12 +16,14 @@ import msgspec
 
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
+from runtime.backend.info import EngineInfo
 from runtime.reasoning import BudgetSpec, ReasoningFormat
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
 __all__ = [
+    "EngineInfo",
     "GrammarSpec",
     "PrefillPaused",
     "RenderedChat",
@@ -225,6 +227,10 @@ class SlotBackend(Protocol):
 
     def disk_stats(self) -> DiskTierStats | None:
         """The disk tier's counters (`DiskTier.stats`, which never waits for a write), or None without one."""
+        ...
+
+    def engine_info(self) -> EngineInfo:
+        """The model and the hardware settings it runs with (read from memory, at any time)."""
         ...
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import anyio
 
 from runtime.cli import chat as cli_chat
 from runtime.cli import demo as cli_demo
+from runtime.cli import hardware
 from runtime.cli import serve as cli_serve
 from runtime.cli.term import is_tty
 from runtime.errors import ModelLoadError, TurnstileError
@@ -85,8 +86,11 @@ def _common(p: argparse.ArgumentParser, *, max_tokens: int) -> None:
         "--temperature", type=float, default=0.7, metavar="T", help="sampling temperature; 0 is greedy (default 0.7)"
     )
     p.add_argument("--seed", type=int, default=None, metavar="N", help="sampling seed (default: random)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "-c", "--ctx", "--ctx-size", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)"
+    )
+    hardware.add_arguments(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="log info events (-vv: debug) to stderr")
 
 
@@ -99,6 +103,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--temperature must be >= 0")
     if args.seed is not None and not 0 <= args.seed < 2**32:
         parser.error("--seed must be in [0, 2**32)")
+    hardware.check_arguments(parser, args)
     if args.command == "demo":
         cli_demo.check_arguments(parser, args)
 
@@ -109,8 +114,11 @@ def setup_logging(verbose: int) -> None:
 
 
 def open_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Runtime.open's arguments; the default model is looked up here so that its absence is explained."""
+    """Runtime.open's arguments; the default model is looked up (or `-hf`'s downloaded) here so that its
+    absence is explained before anything starts."""
     model = args.model
+    if model is None and getattr(args, "hf_repo", None) is not None:
+        model = _download(args.hf_repo, args.hf_file)
     if model is None:
         try:
             model = default_model_path()
@@ -120,7 +128,25 @@ def open_options(args: argparse.Namespace) -> dict[str, Any]:
                 f"`{INSTALL_HINT}` (or `make install`), or pass --model PATH to a GGUF file",
                 EXIT_USAGE,
             ) from None
-    return {"model": model, "data_dir": args.data_dir, "n_threads": args.threads, "n_ctx": args.ctx}
+    return {
+        "model": model,
+        "data_dir": args.data_dir,
+        "n_threads": args.threads,
+        "n_ctx": args.ctx,
+        **hardware.engine_keywords(args),
+    }
+
+
+def _download(repo: str, file: str | None) -> Path:
+    """`-hf`'s model, fetched into the hub's cache (a progress bar only on a terminal)."""
+    from runtime.llama import hub
+
+    if not is_tty(sys.stderr):  # read when huggingface_hub is imported (hub.download imports it)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        return hub.download(hub.parse_repo(repo, file))
+    except ModelLoadError as e:
+        raise _Fatal(str(e), EXIT_USAGE) from None
 
 
 class _Fatal(Exception):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.api import Runtime
-from runtime.cli import cluster, llama_flags, reasoning
+from runtime.cli import cluster, hardware, llama_flags, reasoning
 from runtime.config import RuntimeConfig
 from runtime.types import CACHE_RULES
 
@@ -51,8 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="every key's quota (repeatable; a key file line overrides it): sessions, bytes (K/M/G), queued, "
         "rpm, tpm, max_tokens, weight (docs/tenants.md). Over a quota: 429 with Retry-After",
     )
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    p.add_argument("--ctx", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)")
+    p.add_argument("-t", "--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    p.add_argument(
+        "-c", "--ctx", "--ctx-size", type=int, default=8192, metavar="N", help="context size in tokens (default 8192)"
+    )
     p.add_argument("--batch", type=int, default=2048, metavar="N", help="logical batch size (default 2048)")
     p.add_argument("--ubatch", type=int, default=512, metavar="N", help="physical batch size (default 512)")
     p.add_argument(
@@ -104,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     reasoning.add_arguments(p)
     llama_flags.add_arguments(p)
+    hardware.add_arguments(p)
     p.add_argument("--session-store", default=None, metavar="URL", help="keep sessions in Redis (redis://HOST:PORT/DB)")
     cluster.add_arguments(p)  # --replicas and Ray's options; ray itself is imported only when used
     p.add_argument("--scripted", action="store_true", help=argparse.SUPPRESS)  # benchmarks: no model at all
@@ -126,6 +129,7 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         p.error("--disk-limit must be >= 0")
     reasoning.check_arguments(p, args)
     llama_flags.check_arguments(p, args)
+    hardware.check_arguments(p, args)
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         p.error(f"--chat-template-file {args.chat_template_file}: no such file")
     args.keyring = None
@@ -165,6 +169,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         prefill_quantum_ms=args.prefill_quantum_ms,
         max_queued=args.max_queued,
         **reasoning.open_keywords(args),
+        **hardware.engine_keywords(args),
         **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
     )
 

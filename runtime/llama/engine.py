@@ -49,12 +49,25 @@ _LOG_LOCK = threading.Lock()
 _backend_ready = False
 
 
+_errors = threading.local()  # llama.cpp's error lines while this thread loads a model (`_llama_errors`)
+
+
 @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
 def _llama_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
     if level in (3, 4):  # ggml: 1 debug, 2 info, 3 warn, 4 error, 5 continuation
         msg = text.decode("utf-8", "replace").rstrip()
         if msg:
             log.debug("llama.log", level="warn" if level == 3 else "error", message=msg)
+            lines = getattr(_errors, "lines", None)
+            if level == 4 and lines is not None:
+                lines.append(msg)
+
+
+def _llama_errors(reason: str) -> str:
+    """`reason`, with what llama.cpp logged as errors on this thread since `_errors.lines` was set."""
+    lines: list[str] = getattr(_errors, "lines", None) or []
+    said = "; ".join(line.split(": ", 1)[-1] if line.startswith("llama_") else line for line in lines[-3:])
+    return f"{reason}: {said}" if said else reason
 
 
 def _init_backend() -> None:
@@ -88,14 +101,32 @@ class Engine:
         self.config = config or EngineConfig()
         _check_gguf(self.path)
         _init_backend()
+        cfg = self.config
+        self.gpu_offload = bool(llama_cpp.llama_supports_gpu_offload())
+        if cfg.n_gpu_layers != 0 and not self.gpu_offload:
+            log.warning(
+                "engine.no_gpu_offload",
+                n_gpu_layers=cfg.n_gpu_layers,
+                reason="this llama.cpp build has no GPU backend: every layer runs on the CPU "
+                "(build with CMAKE_ARGS=-DGGML_CUDA=on, docs/hardware.md)",
+            )
         mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = self.config.n_gpu_layers
-        mparams.use_mmap = self.config.use_mmap
+        mparams.n_gpu_layers = cfg.n_gpu_layers
+        mparams.use_mmap = cfg.use_mmap
+        mparams.use_mlock = cfg.use_mlock
+        _errors.lines = []
+        try:
+            self._load(cfg, mparams)
+        finally:
+            _errors.lines = None
+
+    def _load(self, cfg: EngineConfig, mparams: Any) -> None:
         model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
-            raise ModelLoadError(str(self.path), "llama.cpp could not load it (damaged or unsupported GGUF)")
+            raise ModelLoadError(
+                str(self.path), _llama_errors("llama.cpp could not load it (damaged or unsupported GGUF)")
+            )
         self.model: Any = model
-        cfg = self.config
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = cfg.n_ctx
         cparams.n_batch = cfg.n_batch
@@ -105,7 +136,11 @@ class Engine:
         cparams.n_threads = threads
         cparams.n_threads_batch = cfg.n_threads_batch or threads
         cparams.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if cfg.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
+            if cfg.flash_attn == "auto"
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if cfg.flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         cparams.swa_full = cfg.swa_full
         cparams.type_k = KV_TYPES[cfg.type_k]
@@ -117,7 +152,13 @@ class Engine:
         ctx = llama_cpp.llama_init_from_model(model, cparams)
         if not ctx:
             llama_cpp.llama_model_free(model)
-            raise ModelLoadError(str(self.path), "llama.cpp could not create a context for it")
+            raise ModelLoadError(
+                str(self.path),
+                _llama_errors(
+                    f"llama.cpp could not create a context for it (n_ctx={cfg.n_ctx}, "
+                    f"cache types K {cfg.type_k} / V {cfg.type_v}, flash attention {cfg.flash_attn_name})"
+                ),
+            )
         self.ctx: Any = ctx
         self.n_threads = threads
         self.vocab: Any = llama_cpp.llama_model_get_vocab(model)
@@ -128,6 +169,10 @@ class Engine:
         self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.n_swa = int(llama_cpp.llama_model_n_swa(model))
         self.kind = self._memory_kind()
+        self.n_layer = int(llama_cpp.llama_model_n_layer(model))
+        # llama.cpp offloads the repeating layers and then the output layer: n_layer + 1 in all
+        wanted = self.n_layer + 1 if cfg.n_gpu_layers < 0 else min(cfg.n_gpu_layers, self.n_layer + 1)
+        self.n_gpu_layers = wanted if self.gpu_offload else 0
         self.fingerprint = fingerprint_file(self.path)
         self.settings_key = cfg.settings_key()
         self._batch = llama_cpp.llama_batch_init(cfg.n_batch, 0, 1)
@@ -167,6 +212,10 @@ class Engine:
             n_threads=threads,
             n_vocab=self.n_vocab,
             n_swa=self.n_swa,
+            n_gpu_layers=self.n_gpu_layers,
+            type_k=cfg.type_k,
+            type_v=cfg.type_v,
+            flash_attn=cfg.flash_attn_name,
         )
 
     # --- what the model is -------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from caches.disk.stats import DiskTierStats
 from caches.disk.tier import DiskTier
 from caches.tiered import Location
 from caches.tokens import lcp
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import EngineInfo, GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
 from runtime.errors import ContextOverflow, InvalidRequest
 from runtime.reasoning import ReasoningFormat
 from runtime.testing.chars import char_piece, char_tokens, computed_nothing
@@ -272,6 +272,9 @@ class ScriptedBackend:
 
     def disk_stats(self) -> DiskTierStats | None:
         return self.disk.stats() if self.disk is not None else None
+
+    def engine_info(self) -> EngineInfo:
+        return EngineInfo(model=self.name, n_ctx=self.n_ctx)
 
     def close(self) -> None:
         self.closed = True

@@ -288,9 +288,10 @@ def _write(
     return path
 
 
-def write_llama(path: Path, *, n_ctx: int = 4096, seed: int = 1, vocab: Vocab | None = None) -> Path:
-    """A 2-layer llama transformer (4 heads, 2 KV heads); `vocab` None: `chatml_vocab()`."""
-    n_layer, n_head, n_head_kv, n_ff = 2, 4, 2, 128
+def write_llama(path: Path, *, n_ctx: int = 4096, seed: int = 1, vocab: Vocab | None = None, n_head: int = 4) -> Path:
+    """A 2-layer llama transformer (`n_head` heads of 64 / n_head values, half as many KV heads); `vocab`
+    None: `chatml_vocab()`. `n_head=2` gives heads of 32, which quantized KV caches (32-value blocks) need."""
+    n_layer, n_head_kv, n_ff = 2, max(1, n_head // 2), 128
 
     def body(w: gguf.GGUFWriter, t: _Tensors, _: int) -> None:
         w.add_feed_forward_length(n_ff)

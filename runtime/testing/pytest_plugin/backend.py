@@ -26,7 +26,15 @@ import msgspec
 
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotBackend, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import (
+    EngineInfo,
+    GrammarSpec,
+    RenderedChat,
+    SlotBackend,
+    SlotRequest,
+    SlotResult,
+    SlotStats,
+)
 from runtime.errors import RecordingNotFound
 from runtime.llama.chat_template import ChatTemplate
 from runtime.llama.host import fingerprint_file
@@ -299,6 +307,9 @@ class CassetteBackend:
 
     def disk_stats(self) -> DiskTierStats | None:
         return self.inner.disk_stats() if self.inner is not None else None
+
+    def engine_info(self) -> EngineInfo:
+        return self.inner.engine_info() if self.inner is not None else EngineInfo(model=self.name, n_ctx=self.n_ctx)
 
     def close(self) -> None:
         if self.inner is not None:

@@ -112,7 +112,8 @@ def routes(state: ServeState) -> list[Route]:
         meta = None
         if rt is not None:
             info = rt.model_info()
-            meta = {"n_vocab": info.n_vocab, "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train}
+            engine = {k: v for k, v in msgspec.structs.asdict(rt.engine_info()).items() if k != "model"}
+            meta = {**engine, "n_vocab": info.n_vocab, "n_ctx": info.n_ctx, "n_ctx_train": info.n_ctx_train}
         card = {
             "id": name,
             "aliases": list(state.llama.aliases) or [name],
