@@ -85,7 +85,7 @@ def settings_from(args: argparse.Namespace, cache_type: str | None = None) -> Se
     model = Path(args.model) if args.model else default_model_path()
     types = cache_types(args)
     if cache_type is None and len(types) > 1:
-        raise SystemExit(f"--cache-type: this benchmark takes one type, not {args.cache_type!r}")
+        raise SystemExit(f"--cache-type: this benchmark takes one type, not {','.join(types)!r}")
     return Settings(
         model=model,
         n_ctx=args.n_ctx,
@@ -93,7 +93,7 @@ def settings_from(args: argparse.Namespace, cache_type: str | None = None) -> Se
         max_tokens=args.max_tokens,
         seed=SEED,
         cache_type=cache_type or types[0],
-        n_gpu_layers=args.n_gpu_layers,
+        n_gpu_layers=getattr(args, "n_gpu_layers", 0),  # a benchmark whose parser has no hardware options
     )
 
 
@@ -101,7 +101,7 @@ def cache_types(args: argparse.Namespace) -> list[str]:
     """`--cache-type`, a comma-separated list, each one checked."""
     from runtime.config import KV_TYPES
 
-    types = [t for t in args.cache_type.split(",") if t]
+    types = [t for t in getattr(args, "cache_type", "f16").split(",") if t]  # absent: the parser has no --cache-type
     bad = [t for t in types if t not in KV_TYPES]
     if bad or not types:
         raise SystemExit(f"--cache-type: unknown {bad}; choose from {', '.join(KV_TYPES)}")
@@ -120,7 +120,7 @@ def common_params(args: argparse.Namespace, settings: Settings) -> dict[str, Any
         "n_batch": N_BATCH,
         "n_ubatch": N_UBATCH,
         "flash_attn": True,
-        "cache_type": args.cache_type,
+        "cache_type": settings.cache_type,
         "n_gpu_layers": settings.n_gpu_layers,
         "seed": settings.seed,
         "llama_server": args.llama_server,

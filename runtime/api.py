@@ -117,6 +117,8 @@ class Runtime(SessionOps):
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
         self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context, cfg.reasoning)
+        if not cfg.cache.rules.replay:  # llama-server's rules: the prompt is the template's render, as there
+            self._turns.replay = None
         self._closed = False
         self._anonymous = itertools.count(1)  # queue ids of stateless requests (never stored)
 

@@ -29,6 +29,7 @@ class CacheRuleSet:
     defer_last_token: bool  # a reply's last sampled token is evaluated after the reply went out (slot/commit.py)
     count_shared_bytes: bool  # with shared blocks, the RAM cache's limits count what its entries hold together
     speculation: bool  # n-gram speculative decoding may run (llama-server's rules keep it off)
+    replay: bool  # a resent reply is given to the model as the tokens generated for it (runtime/loop/replay.py)
 
     @staticmethod
     def named(rules: CacheRules | CacheRuleSet) -> CacheRuleSet:
@@ -42,7 +43,7 @@ class CacheRuleSet:
 
 def _built(name: CacheRules) -> CacheRuleSet:
     on = name == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
-    return CacheRuleSet(name, on, on, on, on, on, on)
+    return CacheRuleSet(name, on, on, on, on, on, on, on)
 
 
 TURNSTILE = _built("turnstile")

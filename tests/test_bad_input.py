@@ -11,6 +11,7 @@ import pytest
 
 from runtime import InvalidConfig, InvalidRequest, Runtime, TurnstileError
 from runtime.errors import InvalidTool, ResponseFormatError, UnsupportedSchema
+from runtime.log import capture_logs
 from runtime.testing import ScriptedBackend
 from sessions import InvalidHistoryOp, InvalidSampling, InvalidSession, InvalidSessionId, MemoryStore, SessionNotFound
 
@@ -53,13 +54,6 @@ CASES: list[tuple[str, Call, type[TurnstileError]]] = [
     (
         "schema keyword no grammar enforces",
         lambda rt: rt.chat("a", "hi", response_format=NOT_ENFORCEABLE),
-        UnsupportedSchema,
-    ),
-    (
-        "tool schema keyword no grammar enforces",
-        lambda rt: rt.chat(
-            "a", "hi", tools=[{"type": "function", "function": {"name": "f", "parameters": NOT_ENFORCEABLE}}]
-        ),
         UnsupportedSchema,
     ),
     ("response format of another kind", lambda rt: rt.chat("a", "hi", response_format=3), ResponseFormatError),
@@ -117,6 +111,20 @@ async def test_bad_input_changes_nothing(name: str, call: Call, error: type[Turn
         assert (rt.store.list(), rt.store.export("a")) == before
         queued_ok = error in (SessionNotFound, InvalidHistoryOp)  # known only once the session is read
         assert rt.stats().scheduler.submitted == submitted + (1 if queued_ok else 0)
+
+
+async def test_a_tool_schema_keyword_no_grammar_enforces_is_accepted_and_logged() -> None:
+    """Coding agents send tool schemas with keywords no grammar enforces: the tool is offered, the rest of its
+    schema enforced, and a warning names the keyword (a `response_format` asking for one stays an error,
+    above)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": NOT_ENFORCEABLE}}
+    async with Runtime.serve(ScriptedBackend(), MemoryStore()) as rt:
+        with capture_logs() as logs:
+            reply = await rt.chat("a", "hi", tools=[tool])
+        assert reply.finish_reason == "stop"
+        warned = [e for e in logs if e["event"] == "tools.schema_partly_enforced"]
+        assert [e["tool"] for e in warned] == ["f"] and "multipleOf" in warned[0]["reason"]
+        assert [m.role for m in rt.store.get("a").messages] == ["user", "assistant"]
 
 
 OPEN_CASES: list[tuple[str, dict[str, Any]]] = [

@@ -69,8 +69,9 @@ def test_errors_live_in_one_module_but_for_the_http_response_and_test_harnesses(
         for e in EXCEPTIONS
         if e.__module__ != "runtime.errors" and not e.__name__.startswith("_")
     )
-    assert elsewhere == [  # the HTTP adapter's own signals and response, and the test harnesses' failures
-        "runtime.serve.http.chat.endpoint.ClientGone",
+    assert elsewhere == [  # the slot's and the HTTP adapter's own signals and response, the test harnesses' failures
+        "runtime.backend.protocol.PrefillPaused",
+        "runtime.serve.http.endpoint.ClientGone",
         "runtime.serve.http.errors.ApiError",
         "runtime.testing.llama_server.LlamaServerError",
         "runtime.testing.process.ServeProcessError",

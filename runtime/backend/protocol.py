@@ -17,6 +17,7 @@ import msgspec
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
+from runtime.errors import TurnstileError
 from runtime.reasoning import BudgetSpec, ReasoningFormat
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
@@ -83,10 +84,10 @@ class SlotRequest:
     resumed: bool = False  # a paused request run again: the slot does not count it as a new request
 
 
-class PrefillPaused(Exception):
+class PrefillPaused(TurnstileError):
     """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so. The slot holds the
     prompt's first `done` tokens, a state like any other (the next swap saves it, the lookup rule finds it);
-    the scheduler queues the request again in its place. Not an error: it never reaches a caller."""
+    the scheduler queues the request again in its place. A signal, not an error: it never reaches a caller."""
 
     def __init__(self, done: int, total: int, cached: int, prefilled: int, t_prefill: float, source: CacheSource):
         super().__init__(f"prefill paused at {done} of {total} tokens")
