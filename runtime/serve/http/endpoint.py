@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -92,6 +92,15 @@ class Work(ABC):
         """The log event and its fields for a client that left before the reply."""
 
 
+class TurnCall(Protocol):
+    """What a dialect decoded from a turn request (chat completions' `Call`, Messages' `MessagesCall`)."""
+
+    messages: list[dict[str, Any]]
+    kwargs: dict[str, Any]
+    session_id: str | None
+    stream: bool
+
+
 class CompleteWork(Work):
     """A request the Runtime answers with `complete` (one body) or `complete_stream_started` (relayed as events,
     announced by a `Started` when the slot starts the turn, so a long prefill sends its first bytes at once); a
@@ -99,18 +108,13 @@ class CompleteWork(Work):
 
     api: str | None = None  # the API named in the log line of a client that left
 
-    def __init__(
-        self,
-        rt: Runtime,
-        messages: list[dict[str, Any]],
-        kwargs: Mapping[str, Any],
-        *,
-        session_id: str | None,
-        stream: bool,
-        timeout: float | None,
-    ) -> None:
-        self.rt, self.messages, self.kwargs = rt, messages, kwargs
-        self.session_id, self.stream, self.timeout = session_id, stream, timeout
+    def __init__(self, state: ServeState, rt: Runtime, call: TurnCall, timeout: float | None) -> None:
+        self.state, self.rt, self.messages = state, rt, call.messages
+        self.kwargs: Mapping[str, Any] = {
+            **state.llama.sampling,
+            **call.kwargs,
+        }  # the server's defaults, then the call's
+        self.session_id, self.stream, self.timeout = call.session_id, call.stream, timeout
 
     async def run(self, send: Send, phase: Phase) -> None:
         options = {"session_id": self.session_id, "timeout": self.timeout, **self.kwargs}

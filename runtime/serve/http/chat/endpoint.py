@@ -54,15 +54,8 @@ class ChatEndpoint(Endpoint):
 
 class _ChatWork(CompleteWork):
     def __init__(self, state: ServeState, rt: Runtime, call: Call, request_timeout: float | None) -> None:
-        super().__init__(
-            rt,
-            call.messages,
-            {**state.llama.sampling, **call.kwargs},
-            session_id=call.session_id,
-            stream=call.stream,
-            timeout=request_timeout,
-        )
-        self.state, self.include_usage = state, call.include_usage
+        super().__init__(state, rt, call, request_timeout)
+        self.include_usage = call.include_usage
 
     def body(self, reply: Reply) -> bytes:
         return msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))

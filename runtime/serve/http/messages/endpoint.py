@@ -25,7 +25,7 @@ from runtime.serve.asgi import Scope, Send, header
 from runtime.serve.http.endpoint import CompleteWork, Endpoint, Work, send_bytes
 from runtime.serve.http.event_stream import relay
 from runtime.serve.http.messages import convert as anthropic
-from runtime.serve.http.messages.convert import CountRequest, MessagesCall, MessagesRequest
+from runtime.serve.http.messages.convert import CountRequest, MessagesRequest
 from runtime.serve.http.messages.stream import MessageEvents
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
@@ -60,17 +60,6 @@ class MessagesEndpoint(Endpoint):
 
 class _MessagesWork(CompleteWork):
     api = "messages"
-
-    def __init__(self, state: ServeState, rt: Runtime, call: MessagesCall, request_timeout: float | None) -> None:
-        super().__init__(
-            rt,
-            call.messages,
-            {**state.llama.sampling, **call.kwargs},
-            session_id=call.session_id,
-            stream=call.stream,
-            timeout=request_timeout,
-        )
-        self.state = state
 
     def body(self, reply: Reply) -> bytes:
         return msgspec.json.encode(anthropic.message_body(reply, id=anthropic.message_id(), model=self.state.model))
