@@ -29,7 +29,8 @@ from runtime.loop.options import (
     TurnOptions,
     check_turn_options,
 )
-from runtime.loop.replay import Replay
+from runtime.loop.replay import MAX_TOKENS, Replay
+from runtime.loop.replay_disk import DiskRecords
 from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
@@ -117,6 +118,7 @@ class Runtime(SessionOps):
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()
         self._turns = TurnRunner(backend, store, self._store, self._in_slot_thread, cfg.context, cfg.reasoning)
+        self._turns.replay = self._replay()
         if not cfg.cache.rules.replay:  # llama-server's rules: the prompt is the template's render, as there
             self._turns.replay = None
         self._closed = False
@@ -339,7 +341,19 @@ class Runtime(SessionOps):
 
     def set_replay(self, on: bool) -> None:
         """Replay resent replies as the tokens generated for them (on by default; `runtime.loop.replay`)."""
-        self._turns.replay = (self._turns.replay or Replay()) if on else None
+        self._turns.replay = (self._turns.replay or self._replay()) if on else None
+
+    def _replay(self) -> Replay:
+        """The replay records: also on disk (`data_dir/replay`) when the runtime has a data dir."""
+        if self.config.data_dir is None:
+            return Replay()
+        info = model_info(self.backend)
+        engine = getattr(self.backend, "engine", None)
+        fingerprint = str(getattr(engine, "fingerprint", "")) or f"{info.name}:{info.n_vocab}"
+        records = DiskRecords(
+            self.config.data_dir / "replay", fingerprint=fingerprint, n_vocab=info.n_vocab, max_tokens=MAX_TOKENS
+        )
+        return Replay(disk=records)
 
     def complete_stream(
         self,

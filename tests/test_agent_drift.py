@@ -7,8 +7,12 @@ Qwen 2.5 tool caller: a call, then an answer once the tool result is in the prom
   sent, and the cache ends at the stamp;
 - Codex (Responses, `store: false`, the whole input resent every turn): the same, through function_call
   items whose `arguments` string is the one turnstile returned;
+- Claude Code's `<system-reminder>` notes that move to the newest turn: with the `system-reminder`
+  normalization the second turn reads everything before it from the cache (the leading context stays in the
+  prompt); with it off the prompt is the one sent, token for token, and the cache ends where the note was;
 - a template that drops earlier reasoning after a new user message (Qwen3), and a `<system-reminder>` block
-  that moves: the cache is kept up to the first changed token and the rest recomputed (the lookup rule).
+  moved through the library API (not normalized there): the cache is kept up to the first changed token and
+  the rest recomputed (the lookup rule).
 """
 
 from __future__ import annotations
@@ -155,8 +159,9 @@ async def test_a_template_that_drops_earlier_reasoning_recomputes_from_the_first
 
 
 async def test_a_moving_system_reminder_recomputes_from_where_it_was(tmp_path: Path) -> None:
-    """A client that moves a `<system-reminder>` block (not normalized: it is content) keeps the cache up to
-    the block's old place; the turn recomputes from there on, never less."""
+    """A client that moves a `<system-reminder>` block through the library API (no normalization there: only
+    the Messages adapter normalizes) keeps the cache up to the block's old place; the turn recomputes from there
+    on, never less."""
     from runtime.testing.thinking_models import qwen3_template
     from tests.reasoning_models import write_thinking
 
@@ -173,3 +178,76 @@ async def test_a_moving_system_reminder_recomputes_from_where_it_was(tmp_path: P
         a, b = be.tokenize(be.apply_template(before)), be.tokenize(be.apply_template(moved))
     common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     assert second.usage.cached_tokens == common  # the system prompt and the user header: kept
+
+
+LEADING = "<system-reminder>\nContext from CLAUDE.md: be brief.\n</system-reminder>"
+TODO = "<system-reminder>\nYour todo list is empty.\n</system-reminder>"
+
+
+def reminder_turns(use: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Claude Code's shape: the session's context opens the first user message; a per-turn note rides on the
+    newest user turn, and in the next request it has left the earlier turn for the new one."""
+    ask = [{"type": "text", "text": LEADING}, {"type": "text", "text": "Read notes.txt."}]
+    if use is None:
+        return [{"role": "user", "content": [*ask, {"type": "text", "text": TODO}]}]
+    result = {"type": "tool_result", "tool_use_id": use["id"], "content": "hello"}
+    return [
+        {"role": "user", "content": ask},  # the note has moved on
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [result, {"type": "text", "text": TODO}]},
+    ]
+
+
+async def _tokens(c: httpx.AsyncClient, body: dict[str, Any], normalize: bool) -> list[int]:
+    """The tokens of the prompt the request renders (its messages as converted, with its tools)."""
+    messages, kw = prompt_of(msgspec.convert(body, MessagesRequest), normalize=normalize)
+    text = (await c.post("/apply-template", json={"messages": messages, "tools": kw["tools"]})).json()["prompt"]
+    tokens: list[int] = (await c.post("/tokenize", json={"content": text})).json()["tokens"]
+    return tokens
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+async def test_a_moving_system_reminder(caller: Path, normalize: bool) -> None:
+    """With the `system-reminder` normalization the moved note is out of every prompt (the leading context
+    stays) and the second turn reads all the first left in the slot; with it off the prompt is the one sent
+    (its exact token count) and the cache ends where the note was."""
+    async with served(caller, normalize=normalize) as c:
+        body1 = claude_code("1a2b3", reminder_turns(None))
+        first = (await c.post("/v1/messages", json=body1)).json()
+        use = first["content"][-1]
+        assert use["type"] == "tool_use"
+        u1 = first["usage"]
+        held = u1["input_tokens"] + u1["cache_read_input_tokens"] + u1["output_tokens"]
+        body2 = claude_code("1a2b3", reminder_turns(use))
+        second = (await c.post("/v1/messages", json=body2)).json()
+        assert second["content"] == [{"type": "text", "text": ANSWER}]
+        u2 = second["usage"]
+        a, b = await _tokens(c, body1, normalize), await _tokens(c, body2, normalize)
+        text = (await c.post("/detokenize", json={"tokens": b})).json()["content"]
+    assert u1["input_tokens"] + u1["cache_read_input_tokens"] == len(a)  # the prompts are these renderings
+    assert "Context from CLAUDE.md" in text
+    if normalize:
+        assert "todo list" not in text
+        assert u2["cache_read_input_tokens"] == held  # everything before the new turn
+    else:
+        assert text.count("todo list") == 1  # as sent: once, on the newest turn
+        assert u2["input_tokens"] + u2["cache_read_input_tokens"] == len(b)
+        common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        assert u2["cache_read_input_tokens"] == common < len(a)  # up to where the note was
+
+
+def test_the_reminder_normalization_keeps_the_leading_context() -> None:
+    from runtime.serve.http.normalize import system_reminders
+
+    msgs = [
+        {"role": "system", "content": "<system-reminder>s</system-reminder>"},
+        {"role": "user", "content": f"{LEADING}\n{LEADING}\nRead it.\n{TODO}\nThanks"},
+        {"role": "tool", "content": f"data\n{TODO}"},
+        {"role": "user", "content": f"{LEADING}\nNext."},
+    ]
+    assert system_reminders(msgs) == [
+        msgs[0],  # not a user turn
+        {"role": "user", "content": f"{LEADING}\n{LEADING}\nRead it.\nThanks"},
+        {"role": "tool", "content": "data\n"},
+        {"role": "user", "content": "Next."},
+    ]

@@ -18,9 +18,14 @@ reply turnstile generated. What the model sees differs from the plain rendering 
 spelling, which the model itself chose.
 
 Invariants: a splice never changes tokens before the kept prompt's end or after the re-rendered reply; it
-happens only when `same` says so; at most `MAX_TURNS` turns are kept (least recently used dropped), each at
-most `MAX_TOKENS` tokens. Shared between sessions like the prompt cache itself: a turn is reused only by a
-prompt that starts with all of its prompt tokens.
+happens only when `same` says so; at most `MAX_TURNS` turns are kept per key (tenant) namespace (least recently
+used dropped, so no key evicts another's), each at most `MAX_TOKENS` tokens, all of a namespace's at most
+`MAX_NAMESPACE_TOKENS`. Shared between the sessions of
+one namespace, like the prompt cache itself: a turn is reused only by a prompt of the same namespace that starts
+with all of its prompt tokens.
+
+With a data dir the turns are also kept on disk (`runtime.loop.replay_disk`: msgpack, checksummed, one folder
+per namespace, the same bound and order), loaded on first use, so a restarted server replays as before.
 """
 
 from __future__ import annotations
@@ -32,15 +37,17 @@ from dataclasses import dataclass
 
 from runtime.errors import ToolCallParseError
 from runtime.log import get_logger
+from runtime.loop.replay_disk import DiskRecords
 from runtime.reasoning.formats import ReasoningFormat
 from runtime.tools.plan import ToolPlan
 
-__all__ = ["MAX_TOKENS", "MAX_TURNS", "Replay", "Spliced", "same_reply"]
+__all__ = ["MAX_NAMESPACE_TOKENS", "MAX_TOKENS", "MAX_TURNS", "Replay", "Spliced", "same_reply"]
 
 log = get_logger(__name__)
 
 MAX_TURNS = 64
-MAX_TOKENS = 1 << 20
+MAX_TOKENS = 1 << 20  # one turn's prompt and reply
+MAX_NAMESPACE_TOKENS = 1 << 22  # every kept turn of one namespace (16 MiB of int32 tokens)
 
 
 @dataclass(frozen=True)
@@ -62,38 +69,69 @@ Same = Callable[[Sequence[int], Sequence[int]], bool]  # (re-rendered tokens, ge
 
 
 class Replay:
-    """Kept turns (prompt + generated tokens) and the splice (module docstring)."""
+    """Kept turns (prompt + generated tokens) per namespace and the splice (module docstring); `disk`: where
+    they are also kept (loaded on first use, in the worker thread like every other call)."""
 
-    def __init__(self, max_turns: int = MAX_TURNS) -> None:
+    def __init__(self, max_turns: int = MAX_TURNS, disk: DiskRecords | None = None) -> None:
         self.max_turns = max_turns
-        self._turns: OrderedDict[bytes, tuple[array[int], array[int]]] = OrderedDict()
+        self.disk = disk
+        self._loaded = disk is None
+        self._spaces: dict[str, OrderedDict[bytes, tuple[array[int], array[int]]]] = {}
         self.spliced = 0  # replies replayed, since the start
 
-    def remember(self, prompt: Sequence[int], generated: Sequence[int], *, at_eog: bool) -> None:
+    def _space(self, namespace: str) -> OrderedDict[bytes, tuple[array[int], array[int]]]:
+        if not self._loaded:
+            self._loaded = True
+            assert self.disk is not None
+            loaded = self.disk.load()
+            for ns, key, p, g in loaded:
+                self._keep(ns, key, p, g, write=False)
+            if loaded:
+                log.info("replay.loaded", turns=len(loaded), namespaces=len(self._spaces))
+        return self._spaces.setdefault(namespace, OrderedDict())
+
+    def _keep(self, namespace: str, key: bytes, p: array[int], g: array[int], *, write: bool) -> None:
+        turns = self._spaces.setdefault(namespace, OrderedDict())
+        turns[key] = (p, g)
+        turns.move_to_end(key)
+        if write and self.disk is not None:
+            self.disk.write(namespace, key, p, g)
+        while len(turns) > self.max_turns or (
+            len(turns) > 1 and sum(len(a) + len(b) for a, b in turns.values()) > MAX_NAMESPACE_TOKENS
+        ):
+            old, _ = turns.popitem(last=False)
+            if self.disk is not None:
+                self.disk.drop(namespace, old)
+
+    def turns(self, namespace: str = "") -> int:
+        """How many turns are kept for `namespace`."""
+        return len(self._space(namespace))
+
+    def remember(self, prompt: Sequence[int], generated: Sequence[int], *, at_eog: bool, namespace: str = "") -> None:
         """Keep a finished turn (`at_eog`: its generation ended with an end-of-generation token, its last)."""
         if not at_eog or not generated or not prompt or len(prompt) + len(generated) > MAX_TOKENS:
             return
+        self._space(namespace)
         p, g = array("i", prompt), array("i", generated)
-        key = p.tobytes()[-256:] + g.tobytes()
-        self._turns[key] = (p, g)
-        self._turns.move_to_end(key)
-        while len(self._turns) > self.max_turns:
-            self._turns.popitem(last=False)
+        self._keep(namespace, p.tobytes()[-256:] + g.tobytes(), p, g, write=True)
 
-    def splice(self, prompt: Sequence[int], same: Same) -> Spliced:
+    def splice(self, prompt: Sequence[int], same: Same, namespace: str = "") -> Spliced:
         """The prompt with every re-rendered reply that `same` accepts replaced by its generated tokens."""
-        if not self._turns:
+        turns = self._space(namespace)
+        if not turns:
             return Spliced(list(prompt))
         tokens = list(prompt)
         done: list[tuple[int, int, int]] = []
         used: set[bytes] = set()
-        for _ in range(len(self._turns)):
-            hit = self._next(tokens, used, same)
+        for _ in range(len(turns)):
+            hit = self._next(turns, tokens, used, same)
             if hit is None:
                 break
             key, n, end, generated = hit
             used.add(key)
-            self._turns.move_to_end(key)
+            turns.move_to_end(key)
+            if self.disk is not None:
+                self.disk.touch(namespace, key)
             done.append((n, end - n, len(generated)))
             tokens[n:end] = generated
         if done:
@@ -101,10 +139,13 @@ class Replay:
             log.debug("replay.spliced", replies=len(done), at=[d[0] for d in done])
         return Spliced(tokens, tuple(done))
 
-    def _next(self, tokens: list[int], used: set[bytes], same: Same) -> tuple[bytes, int, int, array[int]] | None:
+    @staticmethod
+    def _next(
+        turns: OrderedDict[bytes, tuple[array[int], array[int]]], tokens: list[int], used: set[bytes], same: Same
+    ) -> tuple[bytes, int, int, array[int]] | None:
         """The longest kept prompt that prefixes `tokens` and whose reply `same` accepts there."""
         best: tuple[bytes, int, int, array[int]] | None = None
-        for key, (p, g) in self._turns.items():
+        for key, (p, g) in turns.items():
             n = len(p)
             if key in used or n >= len(tokens) or (best is not None and n <= best[1]):
                 continue

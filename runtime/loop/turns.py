@@ -23,6 +23,7 @@ from runtime.log import get_logger
 from runtime.loop.activity import Activity
 from runtime.loop.constraints import Constraints, Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
+from runtime.loop.fair import namespace_of
 from runtime.loop.policy import Cost
 from runtime.loop.replay import Replay, Spliced, same_reply
 from runtime.loop.scheduler import Job
@@ -275,7 +276,8 @@ class TurnRunner:
             grammar = turn.constraints.grammar
             spliced = Spliced(rendered.tokens)
             if self.replay is not None:
-                spliced = self.replay.splice(rendered.tokens, same_reply(self.backend.token_piece, tools, fmt))
+                same = same_reply(self.backend.token_piece, tools, fmt)
+                spliced = self.replay.splice(rendered.tokens, same, namespace_of(job.session_id))
             req = SlotRequest(
                 prompt=spliced.tokens,
                 sampling=sampling,
@@ -299,7 +301,9 @@ class TurnRunner:
                 self.activity.stop(job.id)
             if self.replay is not None:
                 at_eog = result.finish_reason == "stop" and result.stop_sequence is None
-                self.replay.remember(spliced.tokens, result.tokens, at_eog=at_eog)
+                self.replay.remember(
+                    spliced.tokens, result.tokens, at_eog=at_eog, namespace=namespace_of(job.session_id)
+                )
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             emit(splitter.flush())

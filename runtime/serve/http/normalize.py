@@ -7,16 +7,24 @@ model sees exactly the rendering of what the client sent.
   `x-anthropic-billing-header: cc_version=…; cc_entrypoint=…; cch=XXXXX;` where `cch` is a per-request
   integrity stamp. Its value is replaced by as many `f`s, as llama-server does (tools/server/server-chat.cpp,
   `normalize_anthropic_billing_header`, ggml-org/llama.cpp#21793): same length, no other change.
+- `system-reminder` (Messages): Claude Code puts `<system-reminder>…</system-reminder>` blocks into user turns
+  (text blocks and tool results): the session's context (CLAUDE.md, …) at the start of the first user message,
+  and per-turn notes (the todo list, changed files, …) on the newest turn, which move to the next newest or
+  vanish in the following request, so the prompt differs from the cached one inside an earlier turn. The
+  reminders that open the first user message (before its first other text) are kept; every other one is
+  removed, with the whitespace that follows it. The model does not see per-turn reminders.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["BILLING_PREFIX", "billing_header"]
+__all__ = ["BILLING_PREFIX", "REMINDER", "billing_header", "system_reminders"]
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _CCH = re.compile(r"cch=([0-9A-Za-z]+);")
+REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\s*", re.DOTALL)
 
 
 def billing_header(text: str) -> str:
@@ -27,3 +35,30 @@ def billing_header(text: str) -> str:
     if m is None:
         return text
     return text[: m.start(1)] + "f" * len(m.group(1)) + text[m.end(1) :]
+
+
+def _without_reminders(text: str, *, keep_leading: bool) -> str:
+    """`text` without its `<system-reminder>` blocks (`keep_leading`: those before any other text stay)."""
+    start = 0
+    if keep_leading:
+        lead = text[: len(text) - len(text.lstrip())]
+        start = len(lead)
+        while (m := REMINDER.match(text, start)) is not None:
+            start = m.end()
+    return text[:start] + REMINDER.sub("", text[start:])
+
+
+def system_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-shaped `messages` with the `system-reminder` normalization (module docstring): the blocks that open
+    the first user message kept, every other one in a user or tool message removed (new dicts where changed)."""
+    out: list[dict[str, Any]] = []
+    first = True
+    for m in messages:
+        role, content = m.get("role"), m.get("content")
+        if role in ("user", "tool") and isinstance(content, str) and "<system-reminder>" in content:
+            keep = first and role == "user"
+            m = {**m, "content": _without_reminders(content, keep_leading=keep)}
+        if role == "user":
+            first = False
+        out.append(m)
+    return out

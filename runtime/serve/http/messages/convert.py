@@ -48,7 +48,7 @@ import msgspec
 from runtime.log import get_logger
 from runtime.reply import Reply
 from runtime.serve.http.errors import ApiError
-from runtime.serve.http.normalize import billing_header
+from runtime.serve.http.normalize import billing_header, system_reminders
 from runtime.serve.http.speculation import speculative_option
 from runtime.serve.http.tolerance import not_offered
 
@@ -372,6 +372,8 @@ def prompt_of(req: CountRequest, *, normalize: bool = True) -> tuple[list[dict[s
     if not messages:
         raise _bad("messages: at least one user or assistant message is required")
     head = [{"role": "system", "content": "\n\n".join(systems)}] if systems else []
+    if normalize:
+        messages = system_reminders(messages)
     return head + messages, _tools(req) | _thinking(req.thinking)
 
 
