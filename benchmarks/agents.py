@@ -10,6 +10,7 @@ last one (the first turn after a restart: from the disk tier).
 
     python -m benchmarks agents [--recorded DIR] [--llama-server BIN]
     python -m benchmarks agents --record-codex BIN     # first record a longer Codex session (7 requests)
+    python -m benchmarks agents --only codex-resume    # one recording
 """
 
 from __future__ import annotations
@@ -80,13 +81,13 @@ class Renderer:
         r.raise_for_status()
         return str(r.json()["prompt"])
 
-    def pieces(self, text: str) -> list[tuple[int, str]]:
+    def pieces(self, text: str) -> list[tuple[int, bytes]]:
         r = httpx.post(self.url + "/tokenize", json={"content": text, "with_pieces": True}, timeout=600)
         r.raise_for_status()
         out = []
         for t in r.json()["tokens"]:
             piece = t["piece"]
-            out.append((int(t["id"]), piece if isinstance(piece, str) else bytes(piece).decode("utf-8", "replace")))
+            out.append((int(t["id"]), piece.encode() if isinstance(piece, str) else bytes(piece)))
         return out
 
 
@@ -106,10 +107,10 @@ def cause(
     ids = [t for t, _ in now]
     changed = _lcp(before, ids)
     at = min(at, len(now) - 1)
-    offset = sum(len(p) for _, p in now[:at])
+    offset = sum(len(p) for _, p in now[:at])  # in bytes
     index = len(messages) - 1
     for k in range(1, len(messages) + 1):  # the first message whose rendered prefix reaches the token
-        if len(renderer.text(messages[:k], tools, gen=False)) > offset:
+        if len(renderer.text(messages[:k], tools, gen=False).encode()) > offset:
             index = k - 1
             break
     m = messages[index]
@@ -128,7 +129,8 @@ def cause(
         why = "reasoning dropped by the template"
     else:
         why = f"{m.get('role')} message rendered differently"
-    return {"at": at, "message": index, "role": m.get("role"), "piece": now[at][1], "cause": why}
+    piece = now[at][1].decode("utf-8", "replace")
+    return {"at": at, "message": index, "role": m.get("role"), "piece": piece, "cause": why}
 
 
 def _replay(
@@ -179,7 +181,8 @@ def main(argv: list[str]) -> None:
     ap = parser("agents", __doc__)
     ap.add_argument("--recorded", default=str(RECORDED), metavar="DIR")
     ap.add_argument("--llama-server", default=os.environ.get("TURNSTILE_LLAMA_SERVER"), metavar="BIN")
-    ap.add_argument("--record-codex", default=None, metavar="BIN", help="record a Codex session into DIR/codex first")
+    ap.add_argument("--record-codex", default=None, metavar="BIN", help="first record DIR/codex-resume (7 requests)")
+    ap.add_argument("--only", default=None, metavar="NAMES", help="these recordings only (comma-separated)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-ram", type=int, default=4096, metavar="MIB")
     ap.add_argument("--out", default=None, metavar="DIR")
@@ -188,9 +191,12 @@ def main(argv: list[str]) -> None:
     if args.record_codex:
         from benchmarks._agents_record import record_codex
 
-        record_codex(Path(args.record_codex), Path(args.recorded) / "codex", threads=args.threads)
+        record_codex(Path(args.record_codex), Path(args.recorded) / "codex-resume", threads=args.threads)
     rows: list[dict[str, Any]] = []
+    only = set(args.only.split(",")) if args.only else None
     for d in sorted(p for p in Path(args.recorded).iterdir() if (p / "model.json").exists()):
+        if only is not None and d.name not in only:
+            continue
         meta = json.loads((d / "model.json").read_text())
         bodies = sorted(d.glob("0*.json"))
         with tempfile.TemporaryDirectory(prefix="agents-") as tmp:

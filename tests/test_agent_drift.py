@@ -80,14 +80,20 @@ async def test_claude_code_billing_line_and_resent_tool_use(caller: Path, normal
             {"role": "assistant", "content": [use]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use["id"], "content": "hello"}]},
         ]
-        second = (await c.post("/v1/messages", json=claude_code("9f8e7", history))).json()
+        body2 = claude_code("9f8e7", history)
+        second = (await c.post("/v1/messages", json=body2)).json()
         assert second["content"] == [{"type": "text", "text": ANSWER}]
         read = second["usage"]["cache_read_input_tokens"]
-        if normalize:
-            assert read == held  # the whole first turn: only the tool result and what follows are prefilled
-        else:
-            stamp_at = len("<|im_start|>system\n" + BILLING.split("{}")[0])  # at most a token a character
-            assert read < stamp_at < held  # the cache ends at the stamp
+        a = await _tokens(c, claude_code("1a2b3", ask), normalize)
+        b = await _tokens(c, body2, normalize)
+    assert u1["input_tokens"] + u1["cache_read_input_tokens"] == len(a)
+    if normalize:
+        assert read == held  # the whole first turn: only the tool result and what follows are prefilled
+    else:  # the prompt as sent, token for token; the cache ends at the stamp
+        assert second["usage"]["input_tokens"] + read == len(b)
+        stamp_at = len("<|im_start|>system\n" + BILLING.split("{}")[0])  # at most a token a character
+        common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        assert read == common < stamp_at < held
 
 
 def test_the_switch_off_gives_the_prompt_as_sent() -> None:
@@ -248,6 +254,6 @@ def test_the_reminder_normalization_keeps_the_leading_context() -> None:
     assert system_reminders(msgs) == [
         msgs[0],  # not a user turn
         {"role": "user", "content": f"{LEADING}\n{LEADING}\nRead it.\nThanks"},
-        {"role": "tool", "content": "data\n"},
+        {"role": "tool", "content": "data"},
         {"role": "user", "content": "Next."},
     ]

@@ -12,7 +12,8 @@ model sees exactly the rendering of what the client sent.
   and per-turn notes (the todo list, changed files, …) on the newest turn, which move to the next newest or
   vanish in the following request, so the prompt differs from the cached one inside an earlier turn. The
   reminders that open the first user message (before its first other text) are kept; every other one is
-  removed, with the whitespace that follows it. The model does not see per-turn reminders.
+  removed, with the whitespace that follows it (at the end of a text: that precedes it). The model does not
+  see the per-turn reminders.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ __all__ = ["BILLING_PREFIX", "REMINDER", "billing_header", "system_reminders"]
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _CCH = re.compile(r"cch=([0-9A-Za-z]+);")
-REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\s*", re.DOTALL)
+REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
 def billing_header(text: str) -> str:
@@ -38,14 +39,21 @@ def billing_header(text: str) -> str:
 
 
 def _without_reminders(text: str, *, keep_leading: bool) -> str:
-    """`text` without its `<system-reminder>` blocks (`keep_leading`: those before any other text stay)."""
+    """`text` without its `<system-reminder>` blocks (`keep_leading`: those before any other text stay). A block
+    goes with the whitespace after it, or, at the end of the text, with the whitespace before it."""
     start = 0
     if keep_leading:
-        lead = text[: len(text) - len(text.lstrip())]
-        start = len(lead)
-        while (m := REMINDER.match(text, start)) is not None:
+        while (m := REMINDER.match(text, len(text) - len(text[start:].lstrip()))) is not None:
             start = m.end()
-    return text[:start] + REMINDER.sub("", text[start:])
+    segments = REMINDER.split(text[start:])
+    if len(segments) == 1:
+        return text
+    out = segments[0]
+    for seg in segments[1:]:
+        out += seg.lstrip()
+    if not segments[-1].strip():
+        out = out.rstrip()
+    return text[:start] + out
 
 
 def system_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
