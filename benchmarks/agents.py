@@ -2,7 +2,8 @@
 `.cache/recorded/CLIENT/`: one JSON body a request, `NNNN-v1-responses.json`, `…-v1-messages.json` or
 `…-v1-chat-completions.json`, and `model.json`, the scripted model they ran on) against `turnstile serve`
 and llama-server `-np 1 --cache-ram`, per turn: prompt, cached and prefilled tokens, the turn's new tokens
-(its prompt less the previous prompt and reply) and, for each miss (prefilled more than new + 1), the first
+(its prompt less the previous prompt and reply, in turnstile's run; llama-server's rows take the same count)
+and, for each miss (prefilled more than new + 1), the first
 differing token and its cause (which message of the rendered prompt changed: the previous reply re-rendered
 unlike the tokens generated for it, reasoning dropped by the template, a moving `<system-reminder>`, the
 billing line, …). turnstile runs every turn but the last, is restarted on the same data dir, and runs the
@@ -97,15 +98,22 @@ def _lcp(a: list[int], b: list[int]) -> int:
 
 
 def cause(
-    renderer: Renderer, turns: list[tuple[list[dict[str, Any]], list[Any] | None]], n: int, at: int
+    renderer: Renderer,
+    turns: list[tuple[list[dict[str, Any]], list[Any] | None]],
+    n: int,
+    cached: int,
+    previous_prompt: int,
 ) -> dict[str, Any]:
-    """Where and why turn `n`'s prompt (0-based) leaves what the slot held after turn n-1 at token `at`: the
-    message of the rendered prompt holding that token, and the cause (module docstring)."""
+    """Where and why turn `n`'s prompt (0-based) leaves what the slot held after turn n-1 (`previous_prompt`
+    tokens and the reply) at token `cached` of the system's prompt: the message of the rendered prompt holding
+    that token and the cause (module docstring). Located in turnstile's rendering of the two turns: past the
+    previous prompt, at the same distance from its end; inside it, where the two renderings first differ."""
     messages, tools = turns[n]
     now = renderer.pieces(renderer.text(messages, tools))
     before = [t for t, _ in renderer.pieces(renderer.text(*turns[n - 1]))]
-    ids = [t for t, _ in now]
-    changed = _lcp(before, ids)
+    changed = _lcp(before, [t for t, _ in now])
+    in_reply = cached >= previous_prompt or changed >= len(before)
+    at = len(before) + max(0, cached - previous_prompt) if in_reply else changed
     at = min(at, len(now) - 1)
     offset = sum(len(p) for _, p in now[:at])  # in bytes
     index = len(messages) - 1
@@ -115,7 +123,7 @@ def cause(
             break
     m = messages[index]
     content = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
-    if changed >= len(before) or (at >= changed and changed >= len(before) - 1):
+    if in_reply:
         why = "previous reply re-rendered unlike its generated tokens"
         if m.get("role") == "assistant" and m.get("tool_calls"):
             why += " (tool-call JSON re-serialized)"
@@ -168,12 +176,13 @@ def _model(d: Path, meta: dict[str, Any], tmp: Path) -> Path:
     )  # fmt: skip
 
 
-def _explain(url: str, rows: list[dict[str, Any]], bodies: list[Path]) -> None:
+def _explain(url: str, rows: list[dict[str, Any]], bodies: list[Path], prompts: dict[int, int]) -> None:
+    """The cause of each miss in `rows` (`prompts`: the system's prompt tokens by turn)."""
     renderer = Renderer(url)
     turns = [chat_form(route(p), p.read_bytes()) for p in bodies]
     for row in rows:
         if row["miss"] and row["turn"] > 1:
-            row.update(cause(renderer, turns, row["turn"] - 1, row["cached"]))
+            row.update(cause(renderer, turns, row["turn"] - 1, row["cached"], prompts[row["turn"] - 1]))
             progress(f"  miss: {row['system']} turn {row['turn']} at token {row['at']}: {row['cause']}")
 
 
@@ -205,16 +214,20 @@ def main(argv: list[str]) -> None:
             data = ("--data-dir", Path(tmp) / "data")
             with ServeProcess(*serve, *data) as srv:
                 ours, last = _replay(srv.url, bodies[:-1], "turnstile", d.name)
-                _explain(srv.url, ours, bodies)
             with ServeProcess(*serve, *data) as srv:  # restarted: the last turn from the disk tier
                 after, _ = _replay(srv.url, bodies[-1:], "turnstile, restarted", d.name, len(bodies), last)
-                _explain(srv.url, after, bodies)
-            rows += ours + after
+                ours += after
+                _explain(srv.url, ours, bodies, {r["turn"]: r["prompt"] for r in ours})
+            rows += ours
             if args.llama_server:
                 with LlamaServer(args.llama_server, model, n_ctx=meta["n_ctx"], threads=args.threads,
                                  cache_ram_mib=args.cache_ram, request_timeout=3600) as ls:  # fmt: skip
                     theirs, _ = _replay(ls.url, bodies, "llama-server -np 1 --cache-ram", d.name)
+                new = {r["turn"]: r["new"] for r in ours}  # the turn's new tokens: the same on both sides
+                for r in theirs:
+                    r["new"] = new[r["turn"]] if r["turn"] > 1 else r["prompt"]
+                    r["miss"] = r["prefilled"] > r["new"] + 1
                 with ServeProcess(*serve) as srv:  # the causes, from the same template and tokenizer
-                    _explain(srv.url, theirs, bodies)
+                    _explain(srv.url, theirs, bodies, {r["turn"]: r["prompt"] for r in theirs})
                 rows += theirs
     write("agents", rows, params={"recorded": args.recorded, "threads": args.threads}, out=args.out)
