@@ -15,9 +15,9 @@ from runtime.api import Runtime
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.testing import ScriptedBackend
-from runtime.testing.oracle import oracle_verdict
-from runtime.testing.tiny_models import write_all
 from sessions import MemoryStore
+from tests.support.oracle import oracle_verdict
+from tests.support.tiny_models import write_all
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)
 
