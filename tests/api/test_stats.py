@@ -10,7 +10,7 @@ one server.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from sessions import DiskStore, MemoryStore, Session
 from sessions.base import StoreBase
 from sessions.record import encode_record
 from sessions.redis import DEFAULT_PREFIX, RedisStore
-from tests.support.redis_server import RedisServer, running_redis
+from tests.support.redis_server import RedisServer
 
 HELD_AT_MOST = 60.0
 """How long the gate holds a put if nobody opens it: only a way out for a broken build (where /metrics
@@ -133,37 +133,26 @@ def test_stats_do_not_wait_for_a_put_held_mid_write(tmp_path: Path) -> None:
 # --- the session count -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as s:
-        yield s
-
-
-@pytest.fixture
-def client(server: RedisServer) -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(server.url) as c:
-        c.flushdb()
-        yield c
-
-
-def scans(client: redis.Redis) -> int:
+def scans(redis_client: redis.Redis) -> int:
     """SCAN calls the server has run (from a client or a script)."""
-    info: dict[str, Any] = client.info("commandstats")
+    info: dict[str, Any] = redis_client.info("commandstats")
     calls: int = info.get("cmdstat_scan", {}).get("calls", 0)
     return calls
 
 
-async def test_metrics_count_10000_redis_sessions_without_a_scan(server: RedisServer, client: redis.Redis) -> None:
-    with client.pipeline(transaction=False) as pipe:  # written as a store writes them, in one round trip
+async def test_metrics_count_10000_redis_sessions_without_a_scan(
+    redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    with redis_client.pipeline(transaction=False) as pipe:  # written as a store writes them, in one round trip
         for i in range(10_000):
             sid = f"s{i}"
             pipe.set(DEFAULT_PREFIX + sid, encode_record(Session(id=sid, created=1.0, updated=1.0)))
         pipe.execute()
-    store = RedisStore.from_url(server.url)  # a keyspace without the count: counted once, here
-    assert store.count() == 10_000 and client.get("turnstile:session#count") == b"10000"
+    store = RedisStore.from_url(redis_server.url)  # a keyspace without the count: counted once, here
+    assert store.count() == 10_000 and redis_client.get("turnstile:session#count") == b"10000"
     async with Runtime.serve(ScriptedBackend(), store) as rt:
         application = make_app(rt)
-        before = scans(client)
+        before = scans(redis_client)
         assert rt.stats().sessions == 10_000
         assert (await get_metrics(application))["turnstile_sessions"] == 10_000
         await rt.create_session("one-more")
@@ -172,12 +161,12 @@ async def test_metrics_count_10000_redis_sessions_without_a_scan(server: RedisSe
         assert rt.stats().sessions == 10_000
         await rt.create_session("and-another")
         assert (await get_metrics(application))["turnstile_sessions"] == 10_001
-        assert scans(client) == before  # nothing of this scanned the keyspace
+        assert scans(redis_client) == before  # nothing of this scanned the keyspace
     assert len(store.list()) == 10_001  # list() is the scan; count() is not
-    listed = scans(client)
+    listed = scans(redis_client)
     assert listed > before
-    with RedisStore.from_url(server.url) as again:  # the count is kept: a second open does not count again
-        assert again.count() == 10_001 and scans(client) == listed
+    with RedisStore.from_url(redis_server.url) as again:  # the count is kept: a second open does not count again
+        assert again.count() == 10_001 and scans(redis_client) == listed
 
 
 def open_memory(_: Path, __: RedisServer | None) -> StoreBase:
@@ -188,9 +177,9 @@ def open_disk(tmp_path: Path, _: RedisServer | None) -> StoreBase:
     return DiskStore(tmp_path / "sessions")
 
 
-def open_redis(_: Path, server: RedisServer | None) -> StoreBase:
-    assert server is not None
-    return RedisStore.from_url(server.url)
+def open_redis(_: Path, redis_server: RedisServer | None) -> StoreBase:
+    assert redis_server is not None
+    return RedisStore.from_url(redis_server.url)
 
 
 STORES: dict[str, Callable[[Path, RedisServer | None], StoreBase]] = {
@@ -202,11 +191,11 @@ STORES: dict[str, Callable[[Path, RedisServer | None], StoreBase]] = {
 
 @pytest.fixture(params=sorted(STORES))
 def opener(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], StoreBase]:
-    server = None
+    redis_server = None
     if request.param == "redis":
-        server = request.getfixturevalue("server")
-        request.getfixturevalue("client")  # an empty keyspace
-    return lambda: STORES[request.param](tmp_path, server)
+        redis_server = request.getfixturevalue("redis_server")
+        request.getfixturevalue("redis_client")  # an empty keyspace
+    return lambda: STORES[request.param](tmp_path, redis_server)
 
 
 def test_the_kept_count_follows_every_kind_of_write(opener: Callable[[], StoreBase]) -> None:
@@ -245,11 +234,11 @@ def test_the_kept_count_follows_every_kind_of_write(opener: Callable[[], StoreBa
 
 @pytest.mark.parametrize("kind", ["disk", "redis"])
 def test_two_stores_on_one_place_share_the_count(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    server = None
+    redis_server = None
     if kind == "redis":
-        server = request.getfixturevalue("server")
-        request.getfixturevalue("client")
-    first, second = STORES[kind](tmp_path, server), STORES[kind](tmp_path, server)
+        redis_server = request.getfixturevalue("redis_server")
+        request.getfixturevalue("redis_client")
+    first, second = STORES[kind](tmp_path, redis_server), STORES[kind](tmp_path, redis_server)
     with first, second:
         for sid in ("a", "b", "c"):
             first.create(sid)

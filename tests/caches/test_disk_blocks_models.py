@@ -32,11 +32,6 @@ from tests.slot.test_slot_shared import CFG, _play
 B = 16
 
 
-@pytest.fixture
-def models(tiny_models: dict[str, Path], smollm2_path: Path) -> dict[str, Path]:
-    return {**tiny_models, "smollm2": smollm2_path}
-
-
 def _memory(eng: Engine) -> Memory:
     return kvstate.memory_of(str(eng.kind), eng.n_swa)
 

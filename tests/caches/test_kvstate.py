@@ -240,11 +240,6 @@ NEXT = 11
 INEXACT_RESTORE = {"gemma3 SWA FA off"}
 
 
-@pytest.fixture
-def models(tiny_models: dict[str, Path], smollm2_path: Path) -> dict[str, Path]:
-    return {**tiny_models, "smollm2": smollm2_path}
-
-
 def _memory(eng: Engine) -> Memory:
     return kvstate.memory_of(str(eng.kind), eng.n_swa)
 

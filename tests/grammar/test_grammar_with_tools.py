@@ -4,7 +4,6 @@ a grammar that forces a call yields a Reply with that call, stored; its result a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from runtime import Runtime
 from runtime.errors import InvalidGrammar, InvalidRequest
 from runtime.grammar.gbnf import format_literal
-from tests.support.tool_models import write_qwen
 
 pytestmark = pytest.mark.anyio
 
@@ -22,11 +20,6 @@ CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
-
-
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield write_qwen(tmp_path_factory.mktemp("qwen") / "q.gguf")
 
 
 async def test_a_grammar_forcing_a_call_gives_a_reply_with_the_call(qwen: Path) -> None:

@@ -8,24 +8,13 @@ ChatML control tokens it uses, so message boundaries sit at special tokens as on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from runtime.errors import ChatTemplateError
 from runtime.llama.chat_template import ChatTemplate
 from runtime.llama.engine import Engine
 from runtime.llama.prompt import PromptRenderer
 from tests.support.vendor_tree import template_path
-
-
-@pytest.fixture(scope="module")
-def smollm2(smollm2_path: Path) -> Iterator[Engine]:
-    eng = Engine(smollm2_path)
-    yield eng
-    eng.close()
 
 
 def qwen3(eng: Engine, name: str = "Qwen-Qwen3-0.6B.jinja") -> ChatTemplate:

@@ -5,7 +5,6 @@ with a template switch (`reasoning="off"`: `enable_thinking=False`) takes the in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from tests.support.reasoning_models import vendored_template, write_thinking
 
 OFF = {"enable_thinking": False}
 TOOLS = [{"type": "function", "function": {"name": "f", "description": "F.", "parameters": {"type": "object"}}}]
-
-
-@pytest.fixture(scope="module")
-def smollm2(smollm2_path: Path) -> Iterator[Engine]:
-    eng = Engine(smollm2_path)
-    yield eng
-    eng.close()
 
 
 def _counting(tpl: ChatTemplate, seen: list[int]) -> None:

@@ -26,17 +26,11 @@ from runtime import Runtime
 from runtime.serve.http.app import build
 from runtime.serve.http.messages.convert import MessagesRequest, prompt_of
 from runtime.serve.http.state import ServeState
-from tests.support.scripted_models import write_tool_caller
 
 CALL = '{"name":"read_file","arguments":{"path":"notes.txt"}}'
 ANSWER = "The notes say hello."
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 BILLING = "x-anthropic-billing-header: cc_version=2.1.197.a1b; cc_entrypoint=cli; cch={};"
-
-
-@pytest.fixture(scope="module")
-def caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tool_caller(tmp_path_factory.mktemp("drift") / "caller.gguf", call=CALL, answer=ANSWER)
 
 
 @asynccontextmanager

@@ -15,7 +15,6 @@ import pytest
 
 from runtime import Runtime
 from runtime.loop.replay import Replay
-from tests.support.scripted_models import write_tool_caller
 
 CALL = '{"name":"read_file","arguments":{"path":"notes.txt"}}'
 ANSWER = "The notes say hello."
@@ -30,11 +29,6 @@ TOOLS = [
     }
 ]
 ASK = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Read notes.txt."}]
-
-
-@pytest.fixture(scope="module")
-def caller(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tool_caller(tmp_path_factory.mktemp("replay") / "caller.gguf", call=CALL, answer=ANSWER)
 
 
 def resent(reply: Any, arguments: str) -> list[dict[str, Any]]:

@@ -25,7 +25,6 @@ from tests.support import workloads
 from tests.support.llama_server import LlamaServer
 from tests.support.oracle import llama_server_binary
 from tests.support.process import ServeProcess
-from tests.support.scripted_models import write_tool_caller
 
 _BINARY = llama_server_binary()
 
@@ -113,11 +112,6 @@ def test_interleaved_workload_over_messages_matches_llama_server(smollm2_path: P
         pytest.fail(f"{bad} of {len(want)} turns differ (llama-server/turnstile):\n{table}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def caller_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tool_caller(tmp_path_factory.mktemp("caller") / "caller.gguf", call=CALL, answer=ANSWER)
-
-
 def tool_turn(url: str) -> dict[str, Any]:
     """A `tool_use` under `tool_choice: any`, then its `tool_result` sent back with the whole history: the
     shape of both replies (ids left out, they differ by design)."""
@@ -149,10 +143,10 @@ def tool_turn(url: str) -> dict[str, Any]:
     return shape
 
 
-def test_tool_turn_over_messages_matches_llama_server(caller_path: Path) -> None:
-    with LlamaServer(_BINARY, caller_path, n_ctx=2048, threads=THREADS, cache_ram_mib=256) as oracle:
+def test_tool_turn_over_messages_matches_llama_server(caller: Path) -> None:
+    with LlamaServer(_BINARY, caller, n_ctx=2048, threads=THREADS, cache_ram_mib=256) as oracle:
         want = tool_turn(oracle.url)
-    args = ["--model", str(caller_path), "--ctx", "2048", "--threads", str(THREADS), "--cache-rules", "llama-server"]
+    args = ["--model", str(caller), "--ctx", "2048", "--threads", str(THREADS), "--cache-rules", "llama-server"]
     with ServeProcess(*args) as srv:
         got = tool_turn(srv.url)
     assert want["uses"] == [("get_weather", {"city": "Paris"})]  # the model's fixed call, as llama-server parsed it

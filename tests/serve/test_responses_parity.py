@@ -24,7 +24,6 @@ from tests.support import workloads
 from tests.support.llama_server import LlamaServer
 from tests.support.oracle import llama_server_binary
 from tests.support.process import ServeProcess
-from tests.support.scripted_models import write_tool_caller
 
 _BINARY = llama_server_binary()
 
@@ -84,11 +83,6 @@ def test_stateless_responses_match_llama_server(smollm2_path: Path) -> None:
     assert not differ, f"{len(differ)} of {len(want)} texts differ (llama-server / turnstile): {differ[:3]}"
 
 
-@pytest.fixture(scope="module")
-def caller_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tool_caller(tmp_path_factory.mktemp("caller") / "caller.gguf", call=CALL, answer=ANSWER)
-
-
 def tool_turn(oai: OpenAI, extra: dict[str, Any]) -> dict[str, Any]:
     """A tool call under `tool_choice: required`, then its output sent back with the whole history: the
     shape of both replies (ids left out, they differ by design)."""
@@ -130,10 +124,10 @@ def tool_turn(oai: OpenAI, extra: dict[str, Any]) -> dict[str, Any]:
     return shape
 
 
-def test_tool_turn_matches_llama_server(caller_path: Path) -> None:
-    with LlamaServer(_BINARY, caller_path, n_ctx=2048, threads=THREADS, cache_ram_mib=256) as srv:
+def test_tool_turn_matches_llama_server(caller: Path) -> None:
+    with LlamaServer(_BINARY, caller, n_ctx=2048, threads=THREADS, cache_ram_mib=256) as srv:
         want = tool_turn(OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0), {})
-    argv = ["--model", str(caller_path), "--ctx", "2048", "--threads", str(THREADS), "--cache-rules", "llama-server"]
+    argv = ["--model", str(caller), "--ctx", "2048", "--threads", str(THREADS), "--cache-rules", "llama-server"]
     with ServeProcess(*argv) as ts:
         got = tool_turn(OpenAI(base_url=ts.url + "/v1", api_key="none", max_retries=0), {"store": False})
     assert want["calls"] == [("get_weather", {"city": "Paris"})]  # the model's fixed call, as llama-server parsed it

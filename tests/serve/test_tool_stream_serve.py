@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,12 @@ from anthropic import AsyncAnthropic
 from openai import AsyncOpenAI
 
 from tests.support.process import ServeProcess
-from tests.support.tool_models import write_qwen
 
 pytestmark = pytest.mark.slow
 
 PARAMS = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 ENUM = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]}
 ASK = "Weather in Paris?"
-
-
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield write_qwen(tmp_path_factory.mktemp("toolstream") / "qwen.gguf")
 
 
 def runs(kinds: list[str]) -> list[str]:

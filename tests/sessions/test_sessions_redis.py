@@ -36,45 +36,32 @@ def encode_json(session: Session) -> bytes:
     return msgspec.json.encode(session)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with running_redis(tmp_path_factory.mktemp("redis")) as s:
+@pytest.fixture
+def store(redis_server: RedisServer, redis_client: redis.Redis) -> Iterator[RedisStore]:
+    with RedisStore.from_url(redis_server.url) as s:
         yield s
 
 
-@pytest.fixture
-def client(server: RedisServer) -> Iterator[redis.Redis]:
-    with redis.Redis.from_url(server.url) as c:
-        c.flushdb()
-        yield c
-
-
-@pytest.fixture
-def store(server: RedisServer, client: redis.Redis) -> Iterator[RedisStore]:
-    with RedisStore.from_url(server.url) as s:
-        yield s
-
-
-def test_each_session_is_one_checksummed_string(store: RedisStore, client: redis.Redis) -> None:
+def test_each_session_is_one_checksummed_string(store: RedisStore, redis_client: redis.Redis) -> None:
     created = store.create("s", system="sys")
     turned = store.append_turn("s", "hi", "hello")
     # one string per session, and beside the prefix the sessions' count (sessions/redis.py)
-    assert sorted(client.keys("*")) == [b"turnstile:session#count", b"turnstile:session:s"]
-    assert DEFAULT_PREFIX == "turnstile:session:" and client.get("turnstile:session#count") == b"1"
-    assert client.type("turnstile:session:s") == b"string"
-    record = client.get("turnstile:session:s")
+    assert sorted(redis_client.keys("*")) == [b"turnstile:session#count", b"turnstile:session:s"]
+    assert DEFAULT_PREFIX == "turnstile:session:" and redis_client.get("turnstile:session#count") == b"1"
+    assert redis_client.type("turnstile:session:s") == b"string"
+    record = redis_client.get("turnstile:session:s")
     assert record == encode_record(turned) and record[: len(MAGIC)] == MAGIC
     assert created.revision == 0 and store.get("s") == turned
-    assert store.location == f"redis://127.0.0.1:{client.connection_pool.connection_kwargs['port']}/0"
+    assert store.location == f"redis://127.0.0.1:{redis_client.connection_pool.connection_kwargs['port']}/0"
 
 
-def test_prefixes_keep_stores_apart(server: RedisServer, client: redis.Redis) -> None:
-    client.set("unrelated", b"x")
-    client.set("x1yz:s", b"x")  # matched by the glob x[1]*?: unless the prefix is escaped
+def test_prefixes_keep_stores_apart(redis_server: RedisServer, redis_client: redis.Redis) -> None:
+    redis_client.set("unrelated", b"x")
+    redis_client.set("x1yz:s", b"x")  # matched by the glob x[1]*?: unless the prefix is escaped
     with (
-        RedisStore.from_url(server.url, prefix="a:") as a,
-        RedisStore.from_url(server.url, prefix="b:") as b,
-        RedisStore.from_url(server.url, prefix="x[1]*?:") as odd,
+        RedisStore.from_url(redis_server.url, prefix="a:") as a,
+        RedisStore.from_url(redis_server.url, prefix="b:") as b,
+        RedisStore.from_url(redis_server.url, prefix="x[1]*?:") as odd,
     ):
         a.create("s", system="in a")
         b.create("s", system="in b")
@@ -84,16 +71,16 @@ def test_prefixes_keep_stores_apart(server: RedisServer, client: redis.Redis) ->
         assert a.get("s").system == "in a" and b.get("s").system == "in b"
         a.delete("s")
         assert not a.exists("s") and b.exists("s")
-    assert sorted(client.keys("*")) == [
+    assert sorted(redis_client.keys("*")) == [
         *(b"a#count", b"b#count", b"b:s", b"b:t", b"unrelated", b"x1yz:s", b"x[1]*?#count", b"x[1]*?:s")
     ]
-    assert [client.get(k) for k in (b"a#count", b"b#count", b"x[1]*?#count")] == [b"0", b"2", b"1"]
+    assert [redis_client.get(k) for k in (b"a#count", b"b#count", b"x[1]*?#count")] == [b"0", b"2", b"1"]
 
 
-def test_keys_that_are_not_session_ids_are_skipped(store: RedisStore, client: redis.Redis) -> None:
+def test_keys_that_are_not_session_ids_are_skipped(store: RedisStore, redis_client: redis.Redis) -> None:
     store.create("ok")
-    client.set(b"turnstile:session:not an id", b"x")
-    client.set(b"turnstile:session:\xff", b"x")
+    redis_client.set(b"turnstile:session:not an id", b"x")
+    redis_client.set(b"turnstile:session:\xff", b"x")
     with capture_logs() as logs:
         assert store.list() == ["ok"]
     assert sorted(e["key"] for e in logs if e["event"] == "store.bad_key") == sorted(
@@ -101,8 +88,8 @@ def test_keys_that_are_not_session_ids_are_skipped(store: RedisStore, client: re
     )
 
 
-def test_two_clients_share_sessions_and_revisions(server: RedisServer, store: RedisStore) -> None:
-    with RedisStore.from_url(server.url) as other:
+def test_two_clients_share_sessions_and_revisions(redis_server: RedisServer, store: RedisStore) -> None:
+    with RedisStore.from_url(redis_server.url) as other:
         store.create("s")
         assert other.append_turn("s", "u", "a", expected_revision=0).revision == 1
         with pytest.raises(RevisionConflict) as info:
@@ -128,17 +115,19 @@ class RacingClock:
         return 1000.0 + self.calls
 
 
-def test_a_write_that_loses_a_race_runs_again_on_fresh_data(server: RedisServer, client: redis.Redis) -> None:
-    with RedisStore.from_url(server.url) as other:
+def test_a_write_that_loses_a_race_runs_again_on_fresh_data(
+    redis_server: RedisServer, redis_client: redis.Redis
+) -> None:
+    with RedisStore.from_url(redis_server.url) as other:
         other.create("s")
         clock = RacingClock(lambda: other.append_turn("s", "first", "winner"))
-        with RedisStore.from_url(server.url, clock=clock) as store:
+        with RedisStore.from_url(redis_server.url, clock=clock) as store:
             s = store.append_turn("s", "second", "loser, retried")
         assert [m.content for m in s.messages] == ["first", "winner", "second", "loser, retried"]
         assert s.revision == 2 and clock.calls == 2 and other.get("s") == s
 
         clock = RacingClock(lambda: other.append_turn("s", "third", "winner again"))
-        with RedisStore.from_url(server.url, clock=clock) as store, pytest.raises(RevisionConflict) as info:
+        with RedisStore.from_url(redis_server.url, clock=clock) as store, pytest.raises(RevisionConflict) as info:
             store.append_turn("s", "x", "y", expected_revision=2)
         assert (info.value.expected, info.value.actual) == (2, 3)
         assert [m.content for m in other.get("s").messages][4:] == ["third", "winner again"]
@@ -153,11 +142,11 @@ APPENDER = """
 """
 
 
-def test_processes_appending_to_one_session_lose_nothing(server: RedisServer, store: RedisStore) -> None:
+def test_processes_appending_to_one_session_lose_nothing(redis_server: RedisServer, store: RedisStore) -> None:
     store.create("shared")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     children = [
-        subprocess.Popen([sys.executable, "-c", textwrap.dedent(APPENDER), server.url, tag, "40"], env=env)
+        subprocess.Popen([sys.executable, "-c", textwrap.dedent(APPENDER), redis_server.url, tag, "40"], env=env)
         for tag in ("p", "q", "r")
     ]
     assert [child.wait(timeout=120) for child in children] == [0, 0, 0]
@@ -169,18 +158,18 @@ def test_processes_appending_to_one_session_lose_nothing(server: RedisServer, st
         assert [u for u, _ in pairs if u[0] == tag] == [f"{tag}u{i}" for i in range(40)]
 
 
-def test_damaged_records_are_corrupt_and_the_rest_unaffected(store: RedisStore, client: redis.Redis) -> None:
+def test_damaged_records_are_corrupt_and_the_rest_unaffected(store: RedisStore, redis_client: redis.Redis) -> None:
     ok = store.append_turn(store.create("ok").id, "u", "a")
     store.create("flip")
     store.append_turn("flip", "hello", "world")
-    stored = client.get("turnstile:session:flip")
+    stored = redis_client.get("turnstile:session:flip")
     assert isinstance(stored, bytes)
     record = bytearray(stored)
     record[record.index(b"world")] ^= 0x01
-    client.set("turnstile:session:flip", bytes(record))
-    client.set("turnstile:session:pickled", pickle.dumps({"id": "pickled"}))
-    client.set("turnstile:session:short", MAGIC + b"\x01")
-    client.hset("turnstile:session:hash", "field", "value")
+    redis_client.set("turnstile:session:flip", bytes(record))
+    redis_client.set("turnstile:session:pickled", pickle.dumps({"id": "pickled"}))
+    redis_client.set("turnstile:session:short", MAGIC + b"\x01")
+    redis_client.hset("turnstile:session:hash", "field", "value")
     reasons = {
         "flip": "checksum mismatch",
         "pickled": "missing required field",
@@ -201,21 +190,21 @@ def test_damaged_records_are_corrupt_and_the_rest_unaffected(store: RedisStore, 
     assert store.list() == ["hash", "ok", "pickled", "short"]
 
 
-def test_a_previous_format_record_still_reads(store: RedisStore, client: redis.Redis) -> None:
-    client.set("turnstile:session:legacy", LEGACY_RECORD)
+def test_a_previous_format_record_still_reads(store: RedisStore, redis_client: redis.Redis) -> None:
+    redis_client.set("turnstile:session:legacy", LEGACY_RECORD)
     legacy = store.get("legacy")
     assert legacy.system == "be brief" and [m.content for m in legacy.messages] == ["hello", "hi there"]
     after = store.append_turn("legacy", "again", "sure", expected_revision=1)
-    assert client.get("turnstile:session:legacy") == encode_record(after)
+    assert redis_client.get("turnstile:session:legacy") == encode_record(after)
 
 
 def test_a_server_that_goes_away_is_store_unavailable(tmp_path: Path) -> None:
-    server = start_redis(tmp_path)
+    redis_server = start_redis(tmp_path)
     try:
-        store = RedisStore.from_url(server.url, retry=NO_RETRY)
+        store = RedisStore.from_url(redis_server.url, retry=NO_RETRY)
         store.create("s")
     finally:
-        server.stop()
+        redis_server.stop()
     ops: list[Callable[[], object]] = [
         lambda: store.get("s"),
         lambda: store.exists("s"),
@@ -227,28 +216,28 @@ def test_a_server_that_goes_away_is_store_unavailable(tmp_path: Path) -> None:
     for op in ops:
         with pytest.raises(StoreUnavailable) as info:
             op()
-        assert info.value.location == f"redis://127.0.0.1:{server.port}/0"
+        assert info.value.location == f"redis://127.0.0.1:{redis_server.port}/0"
         assert isinstance(info.value.__cause__, redis.ConnectionError)
     store.close()
     with pytest.raises(StoreUnavailable, match="Connection refused"):
-        RedisStore.from_url(server.url, retry=NO_RETRY)
+        RedisStore.from_url(redis_server.url, retry=NO_RETRY)
 
 
 def test_a_password_is_never_shown(tmp_path: Path) -> None:
-    with running_redis(tmp_path, "--requirepass", "right-secret") as server:
-        url = server.url.replace("redis://", "redis://:wrong-secret@")
+    with running_redis(tmp_path, "--requirepass", "right-secret") as redis_server:
+        url = redis_server.url.replace("redis://", "redis://:wrong-secret@")
         with pytest.raises(StoreUnavailable) as info:
             RedisStore.from_url(url, retry=NO_RETRY)
-        assert "secret" not in str(info.value) and info.value.location == server.url
+        assert "secret" not in str(info.value) and info.value.location == redis_server.url
         with pytest.raises(StoreUnavailable, match="AuthenticationError"):
-            RedisStore.from_url(server.url, retry=NO_RETRY)
-        with RedisStore.from_url(server.url.replace("redis://", "redis://:right-secret@")) as store:
-            assert store.create("s").id == "s" and store.location == server.url
+            RedisStore.from_url(redis_server.url, retry=NO_RETRY)
+        with RedisStore.from_url(redis_server.url.replace("redis://", "redis://:right-secret@")) as store:
+            assert store.create("s").id == "s" and store.location == redis_server.url
 
 
-def test_a_full_server_refuses_writes_and_changes_nothing(store: RedisStore, client: redis.Redis) -> None:
+def test_a_full_server_refuses_writes_and_changes_nothing(store: RedisStore, redis_client: redis.Redis) -> None:
     s = store.append_turn(store.create("s").id, "u", "a")
-    client.config_set("maxmemory", "1")  # noeviction: every write is refused with OOM
+    redis_client.config_set("maxmemory", "1")  # noeviction: every write is refused with OOM
     try:
         with pytest.raises(StoreUnavailable, match="maxmemory"):
             store.append_turn("s", "u" * 100_000, "a")
@@ -256,7 +245,7 @@ def test_a_full_server_refuses_writes_and_changes_nothing(store: RedisStore, cli
             store.create("t")
         assert store.get("s") == s and store.list() == ["s"]
     finally:
-        client.config_set("maxmemory", "0")
+        redis_client.config_set("maxmemory", "0")
     assert store.append_turn("s", "now", "fits").revision == 2
 
 
@@ -272,34 +261,34 @@ def test_a_read_only_replica_refuses_writes(tmp_path: Path) -> None:
         assert store.list() == []
 
 
-def test_bad_configuration_is_refused(server: RedisServer) -> None:
+def test_bad_configuration_is_refused(redis_server: RedisServer) -> None:
     for url in ("http://127.0.0.1:1", "redis://127.0.0.1:notaport", 42):
         with pytest.raises(StoreConfigError) as info:
             RedisStore.from_url(url)  # type: ignore[arg-type]
         assert isinstance(info.value, ValueError)
-    with redis.Redis.from_url(server.url, decode_responses=True) as text_client, pytest.raises(StoreConfigError):
+    with redis.Redis.from_url(redis_server.url, decode_responses=True) as text_client, pytest.raises(StoreConfigError):
         RedisStore(text_client)
-    with redis.Redis.from_url(server.url) as c, pytest.raises(StoreConfigError):
+    with redis.Redis.from_url(redis_server.url) as c, pytest.raises(StoreConfigError):
         RedisStore(c, prefix=b"bytes")  # type: ignore[arg-type]
     with pytest.raises(StoreConfigError):
         RedisStore("redis://127.0.0.1")  # type: ignore[arg-type]
 
 
-def test_a_store_leaves_a_client_it_was_given_open(client: redis.Redis) -> None:
-    with RedisStore(client) as store:
+def test_a_store_leaves_a_client_it_was_given_open(redis_client: redis.Redis) -> None:
+    with RedisStore(redis_client) as store:
         store.create("s")
-    assert client.exists("turnstile:session:s") == 1
+    assert redis_client.exists("turnstile:session:s") == 1
 
 
 def test_sigkill_at_random_points_keeps_every_acknowledged_turn_exactly_once(
-    server: RedisServer, client: redis.Redis
+    redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:
     def stored_records() -> dict[str, bytes]:
         records = {}
-        for key in client.keys("turnstile:session:*"):
-            value = client.get(key)
+        for key in redis_client.keys("turnstile:session:*"):
+            value = redis_client.get(key)
             assert isinstance(key, bytes) and isinstance(value, bytes)
             records[key.decode().removeprefix("turnstile:session:")] = value
         return records
 
-    check_sigkill_rounds(server.url, lambda: RedisStore.from_url(server.url), stored_records)
+    check_sigkill_rounds(redis_server.url, lambda: RedisStore.from_url(redis_server.url), stored_records)

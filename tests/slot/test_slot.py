@@ -60,12 +60,6 @@ def play_fresh(eng: Engine, n_conv: int, n_turn: int) -> dict[tuple[int, int], l
     return out
 
 
-@pytest.fixture
-def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
-    """Engines by architecture (conftest's `make_engine` closes them after the test)."""
-    return lambda arch: make_engine(tiny_models[arch], CFG)
-
-
 @pytest.mark.parametrize("arch", ["llama", "mamba", "jamba", "gemma3"])
 def test_round_robin_through_small_cache_and_disk_equals_fresh(
     arch: str, engines: Callable[[str], Engine], tmp_path: Path

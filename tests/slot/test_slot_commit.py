@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -28,12 +27,6 @@ from sessions import MemoryStore, Sampling
 CFG = EngineConfig(n_ctx=1024, n_threads=1, n_ubatch=64, n_batch=256)
 GREEDY = Sampling(temperature=0.0)
 FIXED = GrammarSpec('root ::= "the sea"')  # a reply that ends on the grammar's end: <|im_end|> is forced
-
-
-@pytest.fixture
-def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
-    """Engines by architecture (conftest's `make_engine` closes them after the test)."""
-    return lambda arch: make_engine(tiny_models[arch], CFG)
 
 
 def first_prompt(eng: Engine) -> list[int]:

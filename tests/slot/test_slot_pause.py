@@ -5,7 +5,6 @@ the greedy tokens and the cached/prefilled counts of the same request run withou
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +19,6 @@ CFG = EngineConfig(n_ctx=2048, n_threads=1, n_ubatch=32, n_batch=64)
 GREEDY = Sampling(temperature=0.0, max_tokens=8)
 DOC = " ".join(f"line {i}: the cat and the dog tell me a story about the sea and the ship." for i in range(24))
 ARCHS = ["llama", "mamba", "jamba", "gemma3"]
-
-
-@pytest.fixture
-def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
-    return lambda arch: make_engine(tiny_models[arch], CFG)
 
 
 def request(eng: Engine, system: str, user: str, pause: Callable[[int, int], bool] | None = None) -> SlotRequest:
