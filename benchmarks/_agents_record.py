@@ -1,8 +1,8 @@
-"""Record a longer Codex session for `python -m benchmarks agents` (through the machinery of tests/test_clients.py:
-the scripted Qwen 2.5 tool caller behind a real `turnstile serve`, a recording proxy, `codex exec`), then
-`codex exec resume --last` with one more task a run, so the session has `1 + 1 + resumes` requests: the tool
+"""Record a longer Codex session for `python -m benchmarks agents` (through the machinery of
+tests/serve/test_clients.py: the scripted Qwen 2.5 tool caller behind a real `turnstile serve`, a recording
+proxy, `codex exec`), then `codex exec resume --last` with one more task a run, so the session has `1 + 1 + resumes` requests: the tool
 call, the answer once the tool result is in, and one answer per resume (the whole input resent each time,
-`store: false`). Written in tests/test_clients.py's format: `NNNN-v1-responses.json` bodies and `model.json`.
+`store: false`). Written in tests/serve/test_clients.py's format: `NNNN-v1-responses.json` bodies and `model.json`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._cli import progress
-from runtime.testing.process import ServeProcess
-from runtime.testing.recorder import Recorder
-from runtime.testing.scripted_models import write_tool_caller
+from tests.support.process import ServeProcess
+from tests.support.recorder import Recorder
+from tests.support.scripted_models import write_tool_caller
 
 __all__ = ["record_codex"]
 

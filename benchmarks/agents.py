@@ -1,4 +1,4 @@
-"""Replay what real coding agents sent (recorded in tests/test_clients.py's format under the ignored
+"""Replay what real coding agents sent (recorded in tests/serve/test_clients.py's format under the ignored
 `.cache/recorded/CLIENT/`: one JSON body a request, `NNNN-v1-responses.json`, `…-v1-messages.json` or
 `…-v1-chat-completions.json`, and `model.json`, the scripted model they ran on) against `turnstile serve`
 and llama-server `-np 1 --cache-ram`, per turn: prompt, cached and prefilled tokens, the turn's new tokens
@@ -29,9 +29,9 @@ from benchmarks._cli import check_binary, parser, progress, write
 from runtime.serve.http.messages.convert import MessagesRequest, prompt_of
 from runtime.serve.http.responses import convert as responses
 from runtime.serve.http.responses.schema import ResponsesRequest
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.process import ServeProcess
-from runtime.testing.scripted_models import write_tool_caller
+from tests.support.llama_server import LlamaServer
+from tests.support.process import ServeProcess
+from tests.support.scripted_models import write_tool_caller
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / ".cache" / "recorded"
