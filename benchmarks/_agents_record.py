@@ -1,8 +1,9 @@
 """Record a longer Codex session for `python -m benchmarks agents` (through the machinery of
 tests/serve/test_clients.py: the scripted Qwen 2.5 tool caller behind a real `turnstile serve`, a recording
-proxy, `codex exec`), then `codex exec resume --last` with one more task a run, so the session has `1 + 1 + resumes` requests: the tool
-call, the answer once the tool result is in, and one answer per resume (the whole input resent each time,
-`store: false`). Written in tests/serve/test_clients.py's format: `NNNN-v1-responses.json` bodies and `model.json`.
+proxy, `codex exec`), then `codex exec resume --last` with one more task a run, so the session has
+`1 + 1 + resumes` requests: the tool call, the answer once the tool result is in, and one answer per resume
+(the whole input resent each time, `store: false`). Written in tests/serve/test_clients.py's format:
+`NNNN-v1-responses.json` bodies and `model.json`.
 """
 
 from __future__ import annotations
