@@ -97,6 +97,30 @@ def _lcp(a: list[int], b: list[int]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def _message_at(
+    renderer: Renderer,
+    turns: list[tuple[list[dict[str, Any]], list[Any] | None]],
+    n: int,
+    head: list[tuple[int, bytes]],
+    in_reply: bool,
+) -> int:
+    """The index of the message of turn `n` holding the token after `head`: the previous reply (the first
+    message after the previous turn's, clients only append) for a miss in the reply; else the first message
+    that differs from the previous turn's; else the first whose rendered prefix reaches the token."""
+    messages, tools = turns[n]
+    previous = turns[n - 1][0]
+    if in_reply:
+        return min(len(previous), len(messages) - 1)
+    differs = [i for i, (a, b) in enumerate(zip(previous, messages, strict=False)) if a != b]
+    if differs:
+        return differs[0]
+    offset = sum(len(p) for _, p in head)  # in bytes
+    for k in range(1, len(messages) + 1):
+        if len(renderer.text(messages[:k], tools, gen=False).encode()) > offset:
+            return k - 1
+    return len(messages) - 1
+
+
 def cause(
     renderer: Renderer,
     turns: list[tuple[list[dict[str, Any]], list[Any] | None]],
@@ -115,12 +139,7 @@ def cause(
     in_reply = cached >= previous_prompt or changed >= len(before)
     at = len(before) + max(0, cached - previous_prompt) if in_reply else changed
     at = min(at, len(now) - 1)
-    offset = sum(len(p) for _, p in now[:at])  # in bytes
-    index = len(messages) - 1
-    for k in range(1, len(messages) + 1):  # the first message whose rendered prefix reaches the token
-        if len(renderer.text(messages[:k], tools, gen=False).encode()) > offset:
-            index = k - 1
-            break
+    index = _message_at(renderer, turns, n, now[:at], in_reply)
     m = messages[index]
     content = m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
     if in_reply:
@@ -176,10 +195,13 @@ def _model(d: Path, meta: dict[str, Any], tmp: Path) -> Path:
     )  # fmt: skip
 
 
-def _explain(url: str, rows: list[dict[str, Any]], bodies: list[Path], prompts: dict[int, int]) -> None:
-    """The cause of each miss in `rows` (`prompts`: the system's prompt tokens by turn)."""
+def _explain(
+    url: str, rows: list[dict[str, Any]], bodies: list[Path], prompts: dict[int, int], *, normalize: bool = True
+) -> None:
+    """The cause of each miss in `rows` (`prompts`: the system's prompt tokens by turn; `normalize`: whether
+    the system applies turnstile's normalizations)."""
     renderer = Renderer(url)
-    turns = [chat_form(route(p), p.read_bytes()) for p in bodies]
+    turns = [chat_form(route(p), p.read_bytes(), normalize=normalize) for p in bodies]
     for row in rows:
         if row["miss"] and row["turn"] > 1:
             row.update(cause(renderer, turns, row["turn"] - 1, row["cached"], prompts[row["turn"] - 1]))
@@ -228,6 +250,6 @@ def main(argv: list[str]) -> None:
                     r["new"] = new[r["turn"]] if r["turn"] > 1 else r["prompt"]
                     r["miss"] = r["prefilled"] > r["new"] + 1
                 with ServeProcess(*serve) as srv:  # the causes, from the same template and tokenizer
-                    _explain(srv.url, theirs, bodies, {r["turn"]: r["prompt"] for r in theirs})
+                    _explain(srv.url, theirs, bodies, {r["turn"]: r["prompt"] for r in theirs}, normalize=False)
                 rows += theirs
     write("agents", rows, params={"recorded": args.recorded, "threads": args.threads}, out=args.out)
