@@ -244,10 +244,11 @@ def test_the_reminder_normalization_keeps_the_leading_context() -> None:
         {"role": "user", "content": f"{LEADING}\n{LEADING}\nRead it.\n{TODO}\nThanks"},
         {"role": "tool", "content": f"data\n{TODO}"},
         {"role": "user", "content": f"{LEADING}\nNext."},
+        {"role": "user", "content": f" {TODO}\n"},
     ]
     assert system_reminders(msgs) == [
         msgs[0],  # not a user turn
         {"role": "user", "content": f"{LEADING}\n{LEADING}\nRead it.\nThanks"},
         {"role": "tool", "content": "data"},
-        {"role": "user", "content": "Next."},
+        {"role": "user", "content": "Next."},  # the last one, left empty, is left out
     ]

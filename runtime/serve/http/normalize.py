@@ -12,8 +12,8 @@ model sees exactly the rendering of what the client sent.
   and per-turn notes (the todo list, changed files, …) on the newest turn, which move to the next newest or
   vanish in the following request, so the prompt differs from the cached one inside an earlier turn. The
   reminders that open the first user message (before its first other text) are kept; every other one is
-  removed, with the whitespace that follows it (at the end of a text: that precedes it). The model does not
-  see the per-turn reminders.
+  removed, with the whitespace that follows it (at the end of a text: that precedes it); a later user turn
+  left empty is left out. The model does not see the per-turn reminders.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _without_reminders(text: str, *, keep_leading: bool) -> str:
 
 def system_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """OpenAI-shaped `messages` with the `system-reminder` normalization (module docstring): the blocks that open
-    the first user message kept, every other one in a user or tool message removed (new dicts where changed)."""
+    the first user message kept, every other one in a user or tool message removed (new dicts where changed), a
+    later user message left empty left out."""
     out: list[dict[str, Any]] = []
     first = True
     for m in messages:
@@ -66,6 +67,8 @@ def system_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if role in ("user", "tool") and isinstance(content, str) and "<system-reminder>" in content:
             keep = first and role == "user"
             m = {**m, "content": _without_reminders(content, keep_leading=keep)}
+            if role == "user" and not m["content"].strip() and not first:
+                continue  # a user turn that held only reminders is left out
         if role == "user":
             first = False
         out.append(m)
