@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-normalize",
         action="store_true",
-        help="give the model volatile prompt spans as sent (Claude Code's billing line): docs/coding-agents.md",
+        help="give the model volatile prompt spans as sent (Claude Code's billing line, reminders): coding-agents.md",
     )
     p.add_argument(
         "--chat-template-file",
