@@ -19,11 +19,12 @@ tags and all. Nothing raises.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runtime.reasoning.formats import ReasoningFormat
 
-__all__ = ["Reasoning", "Split", "Splitter", "split"]
+__all__ = ["Reasoning", "Split", "Splitter", "held_back", "split"]
 
 
 class Reasoning(str):
@@ -55,7 +56,7 @@ def _optspace(buf: str, spaces: str, final: bool) -> int | None:
     return n
 
 
-def _held(text: str, tags: tuple[str, ...]) -> int:
+def held_back(text: str, tags: Sequence[str]) -> int:
     """How many characters at the end of `text` are a proper prefix of one of `tags` (may become one)."""
     best = 0
     for tag in tags:
@@ -107,7 +108,7 @@ class Splitter:
             buf = self._buf
             for header in headers:
                 buf = buf.replace(header, "")
-            keep = 0 if final else _held(buf, headers)
+            keep = 0 if final else held_back(buf, headers)
             if len(buf) > keep:
                 out.append(buf[: len(buf) - keep])
             self._buf = buf[len(buf) - keep :]
@@ -142,7 +143,7 @@ class Splitter:
                     self._reason(out, buf.rstrip() if trim else buf)
                     self._buf = ""
                     return out
-                body = buf[: len(buf) - _held(buf, (fmt.end,))]
+                body = buf[: len(buf) - held_back(buf, (fmt.end,))]
                 body = body.rstrip() if trim else body
                 self._reason(out, body)
                 self._buf = buf[len(body) :]
@@ -168,7 +169,7 @@ class Splitter:
                 tails = self._wrappers(fmt.content_suffixes)
                 for tail in tails:
                     buf = buf.replace(tail, "")
-                keep = 0 if final else _held(buf, tails)
+                keep = 0 if final else held_back(buf, tails)
                 if len(buf) > keep:
                     out.append(buf[: len(buf) - keep])
                 self._buf = buf[len(buf) - keep :]

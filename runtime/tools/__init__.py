@@ -2,7 +2,6 @@
 (prompt rendering, grammar, parser) for the chat templates turnstile meets. Knows nothing of the slot.
 """
 
-from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import (
     ParsedReply,
     PartialCall,
@@ -12,15 +11,20 @@ from runtime.tools.calls import (
     new_call_id,
     reply_seed,
 )
-from runtime.tools.families import FAMILIES, ToolSyntax, detect_syntax
-from runtime.tools.formats import detect_format, template_uses_tools
-from runtime.tools.generic import GenericFormat
+from runtime.tools.formats import (
+    GenericFormat,
+    HermesFormat,
+    Llama3Format,
+    RenderPlan,
+    SyntaxFormat,
+    ToolFormat,
+    detect_format,
+    template_uses_tools,
+)
 from runtime.tools.grammar import ToolGrammar
-from runtime.tools.hermes import HermesFormat
-from runtime.tools.llama3 import Llama3Format
 from runtime.tools.plan import ToolPlan, result_text
 from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
-from runtime.tools.syntax import SyntaxFormat
+from runtime.tools.syntax import FAMILIES, ToolSyntax, detect_syntax
 from sessions.model import ToolCall
 
 __all__ = [

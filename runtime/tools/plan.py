@@ -10,9 +10,9 @@ from typing import Any
 
 import msgspec
 
-from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, PartialReply
-from runtime.tools.grammar import ToolGrammar
+from runtime.tools.formats.base import RenderPlan, ToolFormat
+from runtime.tools.grammar.builder import ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice, as_tools, resolve_tool_choice
 
 __all__ = ["ToolPlan", "result_text"]

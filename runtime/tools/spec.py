@@ -29,7 +29,7 @@ from runtime.tools.validate import problem
 
 log = get_logger(__name__)
 
-__all__ = ["Tool", "ToolChoice", "as_tools", "resolve_tool_choice"]
+__all__ = ["Tool", "ToolChoice", "as_tools", "resolve_tool_choice", "string_typed"]
 
 NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -272,3 +272,20 @@ def resolve_tool_choice(choice: object, tools: Sequence[Tool]) -> ToolChoice:
     if choice not in names:
         raise InvalidTool(f"tool_choice names {choice!r}, which is not one of the tools {sorted(names)}")
     return ToolChoice("function", choice)
+
+
+def string_typed(tool: Tool | None, key: str) -> bool:
+    """Whether parameter `key` of `tool` is a string (its raw text is the value in the XML and the Python-like
+    shapes; an unknown tool or key counts as a string)."""
+    if tool is None:
+        return True
+    props = tool.parameters.get("properties")
+    spec = props.get(key) if isinstance(props, dict) else None
+    if not isinstance(spec, dict):
+        return True
+    kind = spec.get("type")
+    if kind is None and "enum" in spec:
+        return all(isinstance(v, str) for v in spec["enum"])
+    if isinstance(kind, list):
+        return kind == ["string"] or (set(kind) <= {"string", "null"} and "string" in kind)
+    return kind == "string" or (kind is None and "const" in spec and isinstance(spec["const"], str))

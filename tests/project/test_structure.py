@@ -158,6 +158,26 @@ def test_the_tools_are_pure() -> None:
     assert {m: d for m, d in bad.items() if d} == {}
 
 
+def test_the_tools_layers() -> None:
+    """runtime/tools/README.md: the syntaxes are data; parsing and grammar build on them, not on each other."""
+    inside = {
+        m: {d for d in deps if _within(d, "runtime.tools")} for m, deps in GRAPH.items() if _within(m, "runtime.tools")
+    }
+    layers = {
+        "runtime.tools.syntax": ("runtime.tools.syntax",),
+        "runtime.tools.parse": ("runtime.tools.parse", "runtime.tools.syntax", "runtime.tools.spec"),
+        "runtime.tools.grammar": ("runtime.tools.grammar", "runtime.tools.syntax", "runtime.tools.spec"),
+    }
+    bad = {
+        m: sorted(d for d in deps if not any(_within(d, a) for a in allowed))
+        for layer, allowed in layers.items()
+        for m, deps in inside.items()
+        if _within(m, layer)
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+    assert "runtime.tools.syntax.shapes" in inside["runtime.tools.parse.scan"]  # the graph sees the layers
+
+
 def test_errors_and_log_are_leaves() -> None:
     assert GRAPH["runtime.errors"] == set()
     assert GRAPH["runtime.log"] <= {"runtime.errors"}

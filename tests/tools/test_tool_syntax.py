@@ -1,4 +1,4 @@
-"""The tool-call syntaxes as data (runtime.tools.families) and the one scanner / grammar built from them.
+"""The tool-call syntaxes as data (runtime.tools.syntax) and the one scanner / grammar built from them.
 
 Per family: detection on the vendored template, the parse of a model output in the family's syntax (exact
 content, calls and ids), the streaming invariant at every prefix, reconstruction through the template,
@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,10 +32,11 @@ from runtime.tools import (
     call_id,
     canonical_arguments,
 )
-from runtime.tools import partial_json as pj
-from runtime.tools.families import by_name
 from runtime.tools.formats import detect_format
-from runtime.tools.reconstruct import check
+from runtime.tools.formats.reconstruct import check
+from runtime.tools.parse import partial_json as pj
+from runtime.tools.syntax import by_name
+from runtime.tools.syntax.shapes import JsonShape, XmlShape
 from sessions import MemoryStore
 from tests.support.tool_models import write_qwen
 from tests.support.vendor import vendored_template
@@ -349,7 +351,8 @@ def test_streaming_prefixes_add_up(family: str) -> None:
     # the arguments grow in steps: the name is out before the arguments are complete (unless the call's
     # id comes after its arguments: the call then waits for it, and its arguments come at once)
     growing = [p.calls[0].arguments for p in parts if p.calls]
-    s = by_name(family)
+    shape = by_name(family).shape  # the id fields of the JSON shape ("" / False in the others)
+    s = SimpleNamespace(id_key=getattr(shape, "id_key", ""), id_first=getattr(shape, "id_first", False))
     assert growing[-1] == '{"city": "Paris", "days": 2}'
     assert (len(set(growing)) == (1 if s.id_key and not s.id_first else len(set(growing))) and len(growing) > 1) or (
         s.id_key and not s.id_first
@@ -393,16 +396,16 @@ def _two_calls(family: str, text: str) -> str:
         return text + '<|tool_call>call:get_weather{city:<|"|>Oslo "N"\n<|"|>,days:3}<tool_call|>'
     if family == "lfm2":
         return text.replace(")]", f"), get_weather(city={OSLO['city']!r}, days=3)]")
-    if s.shape == "xml":
-        second = text[text.find(s.call_open or s.fn_open) : text.rfind(s.call_close or s.fn_close)]
+    if isinstance(x := s.shape, XmlShape):
+        second = text[text.find(s.call_open or x.fn_open) : text.rfind(s.call_close or x.fn_close)]
         second = second.replace("Paris", str(OSLO["city"])).replace(">2<", ">3<").replace("\n2\n", "\n3\n")
-        second = second.replace(">2" + s.param_close, ">3" + s.param_close)  # MiniMax M3's `]<]minimax[>[</`
-        end = s.call_close or s.fn_close
+        second = second.replace(">2" + x.param_close, ">3" + x.param_close)  # MiniMax M3's `]<]minimax[>[</`
+        end = s.call_close or x.fn_close
         if s.section_close:
             return text.replace(s.section_close, f"\n{second}{end}\n{s.section_close}")
         return text + "\n" + second + end
     paris_json = json.dumps(PARIS)
-    if s.array:  # a second object in the array
+    if isinstance(s.shape, JsonShape) and s.shape.array:  # a second object in the array
         at = text.rfind("]")
         first = text[text.find("[", text.find(s.call_open) + len(s.call_open)) + 1 : at].strip()
         second = first.replace(paris_json, oslo_json).replace('"0"', '"1"').replace("abcDEF123", "xyzXYZ789")
@@ -535,8 +538,13 @@ def _plain(fmt: ToolFormat, text: str) -> tuple[ToolFormat, str]:
     """The test vocabulary reads U+2581 as its space marker: DeepSeek's `▁` becomes `~` in syntax and text."""
     if "▁" not in text or not isinstance(fmt, SyntaxFormat):
         return fmt, text
-    fields: dict[str, Any] = {k: v.replace("▁", "~") for k, v in vars(fmt.syntax).items() if isinstance(v, str)}
-    return SyntaxFormat(dataclasses.replace(fmt.syntax, **fields), reasoning=fmt.reasoning), text.replace("▁", "~")
+
+    def tilde(data: Any) -> Any:
+        fields: dict[str, Any] = {k: v.replace("▁", "~") for k, v in vars(data).items() if isinstance(v, str)}
+        return dataclasses.replace(data, **fields)
+
+    syntax = dataclasses.replace(tilde(fmt.syntax), shape=tilde(fmt.syntax.shape))
+    return SyntaxFormat(syntax, reasoning=fmt.reasoning), text.replace("▁", "~")
 
 
 @pytest.mark.parametrize("family", sorted(CASES))

@@ -14,7 +14,7 @@ import pytest
 
 from runtime.grammar.json_schema import json_schema_to_grammar
 from runtime.tools import GenericFormat, HermesFormat, Llama3Format, ToolChoice, ToolGrammar, as_tools
-from runtime.tools.llama3 import TRIGGER_PATTERN
+from runtime.tools.formats.llama3 import TRIGGER_PATTERN
 from tests.support.tool_models import write_llama3, write_qwen
 
 TOOLS = as_tools(

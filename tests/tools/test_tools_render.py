@@ -25,9 +25,9 @@ from runtime.tools import (
     ToolFormat,
     as_tools,
 )
-from runtime.tools.base import RenderPlan
 from runtime.tools.formats import detect_format, render_prompt, template_uses_tools
-from runtime.tools.generic import RESPOND, TOOLS_INTRO
+from runtime.tools.formats.base import RenderPlan
+from runtime.tools.formats.generic import RESPOND, TOOLS_INTRO
 from sessions import Message, Session, history
 from sessions.model import ToolCall
 from tests.support.tiny_models import CHATML_TEMPLATE

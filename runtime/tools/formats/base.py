@@ -14,7 +14,7 @@ from typing import Any
 
 from runtime.errors import ToolCallParseError
 from runtime.tools.calls import ParsedReply, PartialReply
-from runtime.tools.grammar import ToolGrammar
+from runtime.tools.grammar.builder import ToolGrammar
 from runtime.tools.spec import Tool, ToolChoice
 
 __all__ = ["RenderPlan", "ToolFormat"]

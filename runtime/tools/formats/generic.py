@@ -28,10 +28,10 @@ from typing import Any
 
 from runtime.errors import InvalidTool, ToolCallParseError
 from runtime.log import get_logger
-from runtime.tools import partial_json as pj
-from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, decode_json_prefix, make_call
-from runtime.tools.grammar import GrammarBuilder, ToolGrammar
+from runtime.tools.formats.base import RenderPlan, ToolFormat
+from runtime.tools.grammar.builder import GrammarBuilder, ToolGrammar
+from runtime.tools.parse import partial_json as pj
 from runtime.tools.spec import Tool, ToolChoice
 
 __all__ = ["RESPOND", "TOOLS_INTRO", "GenericFormat", "add_system", "tool_call_example"]

@@ -1,7 +1,7 @@
 """Which tool-call format a chat template speaks, decided from the template source.
 
 - The template renders tools itself (its Jinja reads the `tools` variable) and its source matches a
-  family of `runtime.tools.families` (detection order: specific markers first): that family's
+  family of `runtime.tools.syntax.families` (detection order: specific markers first): that family's
   `SyntaxFormat` (Hermes `<tool_call>` JSON for Qwen 2.5/3, Hermes 2 Pro/3 ...; the XML-style,
   bracketed and tagged families llama-server parses). A template that renders tool calls but not the
   tools (DeepSeek V3.1, the R1 distills, FireFunction v2) is native too, as llama-server's autoparser
@@ -25,12 +25,11 @@ import jinja2.sandbox
 from runtime import reasoning as reasoning_formats
 from runtime.templates import apply_template
 from runtime.templates.caps import template_caps
-from runtime.tools.base import RenderPlan, ToolFormat
-from runtime.tools.families import HERMES, detect_syntax
-from runtime.tools.generic import GenericFormat, Render
-from runtime.tools.hermes import HermesFormat
-from runtime.tools.llama3 import Llama3Format
-from runtime.tools.syntax import SyntaxFormat
+from runtime.tools.formats.base import RenderPlan, ToolFormat
+from runtime.tools.formats.generic import GenericFormat, Render
+from runtime.tools.formats.llama3 import Llama3Format
+from runtime.tools.formats.native import HermesFormat, SyntaxFormat
+from runtime.tools.syntax.families import HERMES, detect_syntax
 
 __all__ = ["detect_format", "render_prompt", "template_uses_tools"]
 

@@ -1,4 +1,5 @@
-"""`SyntaxFormat`: a `ToolFormat` made from a family's `ToolSyntax` (runtime.tools.families).
+"""`SyntaxFormat`: a `ToolFormat` made from a family's `ToolSyntax` (runtime.tools.syntax), and `HermesFormat`,
+the one for Hermes / Qwen `<tool_call>` JSON (`HERMES`) by name.
 
 - `render_plan`: native, so the template gets the tools and the tool history as they are, the same under
   every `tool_choice` (only the grammar differs). Arguments go as objects; the renderer passes them on as
@@ -7,7 +8,7 @@
   reasoning block (the trigger pattern needs the block closed first); `required` or a tool name apply
   from the first token after an optional reasoning block; `none` gives no grammar (the tools are still
   rendered).
-- `parse_calls` / `parse_partial`: the one scanner of `runtime.tools.scan`, whole or on a prefix; ids are
+- `parse_calls` / `parse_partial`: the one scanner of `runtime.tools.parse.scan`, whole or on a prefix; ids are
   the ones the model wrote (Mistral's `[CALL_ID]`, Kimi's `functions.NAME:IDX`), else
   `call_id(seed, index, id_style)`.
 """
@@ -20,16 +21,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from runtime.errors import ToolCallParseError
-from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, make_call
-from runtime.tools.families import ToolSyntax
-from runtime.tools.grammar import ToolGrammar
-from runtime.tools.scan import scan
+from runtime.tools.formats.base import RenderPlan, ToolFormat
+from runtime.tools.grammar.builder import ToolGrammar
+from runtime.tools.grammar.syntax import syntax_grammar
+from runtime.tools.parse.scan import scan
 from runtime.tools.spec import Tool, ToolChoice
-from runtime.tools.syntax_grammar import syntax_grammar
+from runtime.tools.syntax.families import HERMES
+from runtime.tools.syntax.shapes import ToolSyntax
 from sessions.model import ToolCall
 
-__all__ = ["SyntaxFormat", "string_arguments"]
+__all__ = ["HermesFormat", "SyntaxFormat", "string_arguments"]
 
 
 def string_arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,3 +123,19 @@ class SyntaxFormat(ToolFormat):
             for i, raw in enumerate(found.calls)
         )
         return PartialReply(found.content, calls)
+
+
+class HermesFormat(SyntaxFormat):
+    """`<tool_call>` JSON `</tool_call>` blocks after optional text (Qwen 2.5, Qwen 3, Hermes 2 Pro / 3, SmolLM3
+    ...): the `SyntaxFormat` of `HERMES`, kept by name for the callers that construct it directly."""
+
+    def __init__(
+        self,
+        syntax: ToolSyntax = HERMES,
+        *,
+        args_string: bool = False,
+        reasoning: tuple[str, str] | None = None,
+        inside: bool = False,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(syntax, args_string=args_string, reasoning=reasoning, inside=inside, kwargs=kwargs)

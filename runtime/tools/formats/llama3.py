@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from runtime.errors import ToolCallParseError
-from runtime.tools import partial_json as pj
-from runtime.tools.base import RenderPlan, ToolFormat
 from runtime.tools.calls import ParsedReply, PartialCall, PartialReply, call_id, decode_json_prefix, make_call
-from runtime.tools.grammar import GrammarBuilder, ToolGrammar, gbnf_literal
+from runtime.tools.formats.base import RenderPlan, ToolFormat
+from runtime.tools.grammar.builder import GrammarBuilder, ToolGrammar, gbnf_literal
+from runtime.tools.parse import partial_json as pj
 from runtime.tools.spec import Tool, ToolChoice
 
 __all__ = ["TRIGGER_PATTERN", "Llama3Format"]

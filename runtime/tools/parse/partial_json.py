@@ -142,13 +142,34 @@ def _string(text: str, i: int) -> tuple[str, int, bool]:
     return "".join(out), n, False
 
 
-def _object(text: str, i: int) -> tuple[Node, int]:
-    node = Node("object", False)
+def _open(kind: str, close: str, text: str, i: int) -> tuple[Node, int, bool]:
+    """An object or array whose opener ends at `i`: the node, where its first member starts, whether it has one
+    (False: it closed at once, complete)."""
+    node = Node(kind, False)
     i = _ws(text, i)
-    if i < len(text) and text[i] == "}":
+    if i < len(text) and text[i] == close:
         node.complete = True
-        return node, i + 1
-    while True:
+        return node, i + 1, False
+    return node, i, True
+
+
+def _next(node: Node, close: str, text: str, i: int) -> tuple[bool, int]:
+    """After a complete member of `node`: (True, the index after its `,`) when another follows, else (False,
+    where the node stops: after `close`, marked complete, or the end of the text)."""
+    i = _ws(text, i)
+    if i >= len(text):
+        return False, i
+    if text[i] == close:
+        node.complete = True
+        return False, i + 1
+    if text[i] != ",":
+        raise _BadJSON(f"expected ',' or {close!r} at {i}")
+    return True, i + 1
+
+
+def _object(text: str, i: int) -> tuple[Node, int]:
+    node, i, more = _open("object", "}", text, i)
+    while more:
         i = _ws(text, i)
         if i >= len(text):
             return node, i
@@ -169,39 +190,21 @@ def _object(text: str, i: int) -> tuple[Node, int]:
         node.items.append(val)
         if not val.complete:
             return node, i
-        i = _ws(text, i)
-        if i >= len(text):
-            return node, i
-        if text[i] == "}":
-            node.complete = True
-            return node, i + 1
-        if text[i] != ",":
-            raise _BadJSON(f"expected ',' or '}}' at {i}")
-        i += 1
+        more, i = _next(node, "}", text, i)
+    return node, i
 
 
 def _array(text: str, i: int) -> tuple[Node, int]:
-    node = Node("array", False)
-    i = _ws(text, i)
-    if i < len(text) and text[i] == "]":
-        node.complete = True
-        return node, i + 1
-    while True:
+    node, i, more = _open("array", "]", text, i)
+    while more:
         val, i = parse(text, i)
         if i >= len(text) and val.kind == "pending":
             return node, i
         node.items.append(val)
         if not val.complete:
             return node, i
-        i = _ws(text, i)
-        if i >= len(text):
-            return node, i
-        if text[i] == "]":
-            node.complete = True
-            return node, i + 1
-        if text[i] != ",":
-            raise _BadJSON(f"expected ',' or ']' at {i}")
-        i += 1
+        more, i = _next(node, "]", text, i)
+    return node, i
 
 
 def value(node: Node) -> Any:
