@@ -4,6 +4,7 @@ disk tier, behind the `SlotBackend` protocol; `LlamaBackend.build` makes one fro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from caches.disk.stats import DiskTierStats
@@ -11,7 +12,7 @@ from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotFile, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.engine import Engine
@@ -20,6 +21,7 @@ from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
 from runtime.log import get_logger
 from runtime.reasoning import ReasoningFormat, detect, with_template
+from runtime.slot import files as slot_files
 from runtime.slot.executor import Slot
 from runtime.tools import ToolFormat
 
@@ -158,6 +160,15 @@ class LlamaBackend:
 
     def settle(self) -> None:
         self.slot.settle()
+
+    def save_slot(self, path: Path) -> SlotFile:
+        return slot_files.save(self.slot, path)
+
+    def restore_slot(self, path: Path) -> SlotFile:
+        return slot_files.restore(self.slot, path)
+
+    def erase_slot(self) -> int:
+        return slot_files.erase(self.slot)
 
     def state_key(self) -> int:
         return hash(tuple(self.slot.last.tokens(self.slot.tokens)))  # what a cache tier saves it under

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -29,6 +30,8 @@ __all__ = [
     "PrefillPaused",
     "RenderedChat",
     "SlotBackend",
+    "SlotFile",
+    "SlotFiles",
     "SlotRequest",
     "SlotResult",
     "SlotStats",
@@ -236,4 +239,31 @@ class SlotBackend(Protocol):
 
     def close(self) -> None:
         """Write what should survive to the disk tier and free everything."""
+        ...
+
+
+@dataclass(frozen=True)
+class SlotFile:
+    """What a slot save or restore did (llama-server's `n_saved` / `n_restored` and `n_written` / `n_read`)."""
+
+    n_tokens: int
+    n_bytes: int
+
+
+@runtime_checkable
+class SlotFiles(Protocol):
+    """A backend whose slot can be written to a file and read back (llama-server's slot actions); run in the
+    worker thread, between requests."""
+
+    def save_slot(self, path: Path) -> SlotFile:
+        """Write what the slot holds (tokens, state, checkpoints) to `path`."""
+        ...
+
+    def restore_slot(self, path: Path) -> SlotFile:
+        """Keep the slot's state in the cache, then load `path` into the slot; StateFormatError (the slot
+        unchanged) for a file this model and settings cannot use."""
+        ...
+
+    def erase_slot(self) -> int:
+        """Forget what the slot holds; the number of tokens it held."""
         ...

@@ -29,6 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tags", default=None, metavar="LIST", help="tags /v1/models lists, comma-separated")
     p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="NAME|JINJA",
+        help="one of llama.cpp's built-in template names (chatml, llama3, command-r, ...) or Jinja source",
+    )
+    p.add_argument(
         "--cors-origins",
         default=None,
         metavar="LIST",
@@ -47,6 +53,16 @@ def model_name(args: argparse.Namespace) -> str | None:
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.chat_template is not None:
+        from runtime.errors import InvalidConfig
+        from runtime.templates.load import chat_template_source
+
+        if getattr(args, "chat_template_file", None) is not None:
+            p.error("give --chat-template or --chat-template-file, not both")
+        try:
+            args.chat_template = chat_template_source(args.chat_template)
+        except InvalidConfig as e:
+            p.error(f"--chat-template: {e}")
     if args.temp is not None and not 0.0 <= args.temp <= 100.0:
         p.error("--temp must be in [0, 100]")
     if args.n_predict is not None and args.n_predict < -1:
