@@ -14,7 +14,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import EngineInfo, SlotBackend, SlotFile, SlotFiles, SlotStats
+from runtime.backend.protocol import Embeddings, EngineInfo, SlotBackend, SlotFile, SlotFiles, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub
@@ -544,6 +544,24 @@ class Runtime(SessionOps):
         """Each token's bytes, special tokens spelled out; `InvalidRequest` for an id outside the vocabulary."""
         piece = self.backend.token_piece
         return await anyio.to_thread.run_sync(lambda: [piece(t) for t in tokens])
+
+    # --- embeddings (llama-server's --embedding) -------------------------------------------------------
+
+    def _embeddings(self) -> Embeddings:
+        if not isinstance(self.backend, Embeddings):
+            raise InvalidRequest(f"{type(self.backend).__name__} cannot embed")
+        return self.backend
+
+    async def embed(self, inputs: Sequence[Sequence[int]], *, normalize: int = 2) -> list[list[list[float]]]:
+        """Embeddings of token lists from a second context on the same weights (made on first use), in the
+        worker thread between requests: the chat slot's state is not touched. Per input: [one vector] when the
+        pooling pools (normalized: llama.cpp's embd_normalize), else one vector per token."""
+        backend = self._embeddings()
+        return await self._in_slot_thread(backend.embed, [list(t) for t in inputs], normalize)
+
+    async def embedding_pooling(self) -> str:
+        """The embedding context's pooling: none, mean, cls, last or rank."""
+        return await self._in_slot_thread(self._embeddings().embedding_pooling)
 
     # --- llama-server's slot actions ---------------------------------------------------------------------
 

@@ -126,8 +126,8 @@ async def test_refusals_in_llama_server_shapes(tiny_models: dict[str, Path], tmp
         ]:
             r = await c.post(path, json=body)
             assert r.status_code == 400, (path, body)
-            assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "code": None,
-                                         "param": None}  # fmt: skip
+            err = {"message": message, "type": "invalid_request_error", "code": None, "param": None}
+            assert r.json()["error"] == err
         assert not (tmp_path.parent / "escape.bin").exists()
         r = await _action(c, "restore", "missing.bin")
         assert r.status_code == 400 and r.json()["error"]["message"].startswith("Unable to restore slot")

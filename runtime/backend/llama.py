@@ -15,6 +15,7 @@ from runtime.backend.info import EngineInfo
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotFile, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
+from runtime.llama.embedder import Embedder
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
@@ -41,6 +42,7 @@ class LlamaBackend:
         self.name: str = engine.path.name
         self._generation_prompt: str | None = None
         self._reasoning: tuple[ReasoningFormat | None] | None = None
+        self.embedder = Embedder(engine, engine.config.pooling)  # its context is made on the first embed
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     @classmethod
@@ -161,6 +163,13 @@ class LlamaBackend:
     def settle(self) -> None:
         self.slot.settle()
 
+    def embed(self, inputs: Sequence[Sequence[int]], normalize: int) -> list[list[list[float]]]:
+        return [self.embedder.embed(tokens, normalize) for tokens in inputs]
+
+    def embedding_pooling(self) -> str:
+        self.embedder.pooled()
+        return self.embedder.pooling_name
+
     def save_slot(self, path: Path) -> SlotFile:
         return slot_files.save(self.slot, path)
 
@@ -207,4 +216,5 @@ class LlamaBackend:
         finally:
             if self.disk is not None:
                 self.disk.close()
+            self.embedder.close()  # its context before the model it was made on
             self.engine.close()

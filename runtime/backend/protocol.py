@@ -25,6 +25,7 @@ from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
 __all__ = [
+    "Embeddings",
     "EngineInfo",
     "GrammarSpec",
     "PrefillPaused",
@@ -266,4 +267,19 @@ class SlotFiles(Protocol):
 
     def erase_slot(self) -> int:
         """Forget what the slot holds; the number of tokens it held."""
+        ...
+
+
+@runtime_checkable
+class Embeddings(Protocol):
+    """A backend that can embed token lists in a context of its own (llama-server's `--embedding`); run in
+    the worker thread. The chat slot's state is never touched."""
+
+    def embed(self, inputs: Sequence[Sequence[int]], normalize: int) -> list[list[list[float]]]:
+        """Per input: [one vector] when the pooling pools (normalized as llama.cpp's `embd_normalize`), else
+        one vector per token."""
+        ...
+
+    def embedding_pooling(self) -> str:
+        """The pooling the embedding context uses (none, mean, cls, last, rank; opens the context)."""
         ...

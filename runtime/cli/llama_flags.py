@@ -1,6 +1,6 @@
 """`turnstile serve`'s flags that exist for llama-server's command line: the server's sampling defaults
 (`--temp`, `--seed`, `--n-predict`), `--slots` / `--no-slots` (GET /slots on or off), `--slot-save-path`,
-`--cors-origins` and `--chat-template NAME` (one of llama.cpp's built-in templates)."""
+`--cors-origins`, `--chat-template NAME` (one of llama.cpp's built-in templates), `--embedding` and `--pooling`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--alias", default=None, metavar="LIST", help="the model's names, comma-separated (its id: the first sorted)"
     )
     p.add_argument("--tags", default=None, metavar="LIST", help="tags /v1/models lists, comma-separated")
+    p.add_argument(
+        "--embedding",
+        "--embeddings",
+        dest="embedding",
+        action="store_true",
+        help="serve /embedding(s) and /v1/embeddings from a second context on the model (llama-server's)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=("none", "mean", "cls", "last", "rank"),
+        default=None,
+        help="the embeddings' pooling (default: the model's)",
+    )
     p.add_argument(
         "--chat-template",
         default=None,
@@ -91,4 +104,5 @@ def options(args: argparse.Namespace) -> LlamaOptions:
         metrics=args.metrics,
         slot_save_path=Path(args.slot_save_path) if args.slot_save_path else None,
         cors_origins=origins,
+        embeddings=args.embedding,
     )

@@ -172,6 +172,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         **hardware.engine_keywords(args),
         **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
         **({"chat_template": args.chat_template} if args.chat_template is not None else {}),
+        **({"pooling": args.pooling} if args.pooling is not None else {}),
     )
 
 

@@ -67,7 +67,7 @@ class CompletionEndpoint:
             body = _decoder.decode(raw) if raw.strip() else None
             if not isinstance(body, dict):
                 raise ApiError.bad_request("the request body must be a JSON object with a 'prompt'")
-            call = parse(body, self.state.llama.sampling, oai=self.oai)
+            call = parse(await self.prepare(body), self.state.llama.sampling, oai=self.oai)
             rt = self.state.require()
             prompts = [await _tokens(rt, p) for p in call.prompts]
         except ClientGone:
@@ -88,6 +88,10 @@ class CompletionEndpoint:
         phase = await run_watched(receive, work, fail)
         if phase.gone:
             self.state.disconnects += 1
+
+    async def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body to parse (a route built on this one, /infill, makes its prompt here)."""
+        return body
 
     def _options(self, call: CompletionCall) -> dict[str, Any]:
         return {"timeout": self.request_timeout, **call.options}
