@@ -56,6 +56,7 @@ CI_FILES: tuple[str, ...] = ("test_template", "test_tokenize")
 class Outcome:
     outcome: str  # passed | failed | error | skipped
     reason: str
+    seconds: float = 0.0  # setup (the server's start), call and teardown
 
 
 @dataclass(frozen=True)
@@ -128,5 +129,5 @@ def run_suite(
         )
     seconds = time.perf_counter() - started
     raw = json.loads(results.read_text()) if results.is_file() else {}
-    outcomes = {k: Outcome(v["outcome"], v["reason"]) for k, v in raw.items()}
+    outcomes = {k: Outcome(v["outcome"], v["reason"], float(v.get("seconds", 0.0))) for k, v in raw.items()}
     return SuiteRun(system, outcomes, seconds, proc.returncode, log)
