@@ -7,6 +7,7 @@ for, and an unknown name, are refused with a message naming the choices."""
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import llama_cpp
 import pytest
@@ -62,3 +63,18 @@ def test_names_turnstile_lacks_and_unknown_names_are_refused() -> None:
     with pytest.raises(InvalidConfig, match=r"unknown chat template name 'llama9'.*command-r"):
         chat_template_source("llama9")
     assert chat_template_source("{{ 'x' }}") == "{{ 'x' }}"  # Jinja source stays itself
+
+
+def test_serve_flag_takes_a_name(tmp_path: Path) -> None:
+    from runtime.cli import build_parser
+    from runtime.cli import serve as cli_serve
+
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--chat-template", "command-r", "--embedding", "--pooling", "mean"])
+    cli_serve.check_arguments(parser, args)
+    config = cli_serve.runtime_config(args, {"model": tmp_path / "m.gguf"})
+    assert config.engine.chat_template == BUILTIN["command-r"] and config.engine.pooling == "mean"
+    for bad in (["--chat-template", "llama9"], ["--chat-template", "llama3", "--chat-template-file", __file__]):
+        args = parser.parse_args(["serve", *bad])
+        with pytest.raises(SystemExit):
+            cli_serve.check_arguments(parser, args)
