@@ -559,6 +559,12 @@ class Runtime(SessionOps):
         backend = self._embeddings()
         return await self._in_slot_thread(backend.embed, [list(t) for t in inputs], normalize)
 
+    async def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Scores of token lists (query and document each, in the model's rerank layout) from the embedding
+        context under `rank` pooling; between requests, the chat slot untouched."""
+        backend = self._embeddings()
+        return await self._in_slot_thread(backend.rerank, [list(t) for t in inputs])
+
     async def embedding_pooling(self) -> str:
         """The embedding context's pooling: none, mean, cls, last or rank."""
         return await self._in_slot_thread(self._embeddings().embedding_pooling)

@@ -24,6 +24,12 @@ class ModelInfo:
     bos_id: int = -1
     add_bos: bool = False
     n_batch: int = 2048
+    # for /rerank's prompt (llama-server's format_prompt_rerank): the model's rerank template, EOS (or SEP), SEP
+    rerank_template: str | None = None
+    eos_id: int = -1
+    sep_id: int = -1
+    add_eos: bool = False
+    add_sep: bool = False
 
 
 def model_info(backend: Any) -> ModelInfo:
@@ -54,4 +60,9 @@ def _vocab_info(engine: Any) -> dict[str, Any]:
         "bos_id": int(engine.bos_token),
         "add_bos": bool(engine.add_bos),
         "n_batch": int(engine.n_batch),
+        "rerank_template": engine.meta("tokenizer.chat_template.rerank"),
+        "eos_id": int(engine.eos_token),
+        "sep_id": int(engine.sep_token),
+        "add_eos": bool(engine.add_eos),
+        "add_sep": bool(engine.add_sep),
     }

@@ -123,3 +123,56 @@ def test_embeddings_match_llama_server(smollm2_path: Path, pooling: str) -> None
     for g, w in zip(got[0], want[0], strict=True):
         assert len(g) == len(w) == 576
         assert np.max(np.abs(np.array(g) - np.array(w))) < 1e-4
+
+
+@pytest.mark.anyio
+async def test_rerank_shapes_and_refusals(tiny_models: dict[str, Path]) -> None:
+    async with Runtime.open(tiny_models["llama"], n_ctx=256, n_threads=1, pooling="rank") as rt:
+        options = LlamaOptions(embeddings=True, reranking=True)
+        application = make_app(rt, model_name="tiny", llama=options)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://t") as c:
+            docs = ["a cat sat", "the dog ran far", "hello", "a cat sat"]
+            r = await c.post("/v1/rerank", json={"query": "cat", "documents": docs, "top_n": 3})
+            assert r.status_code == 200, r.text
+            out = r.json()
+            assert out["object"] == "list" and out["model"] == "tiny" and len(out["results"]) == 3
+            scores = [x["relevance_score"] for x in out["results"]]
+            assert scores == sorted(scores, reverse=True)
+            everything = (await c.post("/rerank", json={"query": "cat", "documents": docs})).json()["results"]
+            by_index = {x["index"]: x["relevance_score"] for x in everything}
+            assert by_index[0] == by_index[3]  # the same document, the same score
+            q = len(await rt.tokenize("cat", add_special=False, parse_special=False))
+            lengths = [len(await rt.tokenize(d, add_special=False, parse_special=False)) for d in docs]
+            assert out["usage"]["prompt_tokens"] == sum(q + n for n in lengths)  # no BOS, EOS or SEP here
+
+            tei = (await c.post("/reranking", json={"query": "cat", "texts": docs, "return_text": True})).json()
+            assert [x["index"] for x in tei] == [x["index"] for x in everything]
+            assert all(x["text"] == docs[x["index"]] and "score" in x for x in tei)
+            for bad, message in [
+                ({"documents": docs}, '"query" must be provided'),
+                ({"query": 1, "documents": docs}, '"query" must be a string'),
+                ({"query": "q", "documents": []}, '"documents" must be a non-empty string array'),
+                ({"query": "q", "documents": [1]}, '"documents" must be a non-empty string array'),
+            ]:
+                r = await c.post("/v1/reranking", json=bad)
+                assert r.status_code == 400 and message in r.json()["error"]["message"], (bad, r.text)
+    async with served(tiny_models["llama"], "mean") as (_rt, c):
+        r = await c.post("/rerank", json={"query": "q", "documents": ["d"]})
+        assert r.status_code == 501 and "--reranking" in r.json()["error"]["message"]
+
+
+RERANK = {"query": "Machine learning is", "documents": ["A machine", "Learning is", "Paris, capitale de la"]}
+
+
+@pytest.mark.oracle
+def test_rerank_matches_llama_server(smollm2_path: Path) -> None:
+    flags = ["--reranking"]
+    with LlamaServer(llama_server_binary(), smollm2_path, n_ctx=512, threads=1, cache_ram_mib=0, extra_args=flags) as s:
+        want = _post(s.url + "/v1/rerank", RERANK)
+    args = ["--model", smollm2_path, "--ctx", 512, "--threads", 1, "--cache-ram", 0, *flags]
+    with ServeProcess(*map(str, args)) as ts:
+        got = _post(ts.url + "/v1/rerank", RERANK)
+    assert got["usage"] == want["usage"]
+    assert [r["index"] for r in got["results"]] == [r["index"] for r in want["results"]]
+    for g, w in zip(got["results"], want["results"], strict=True):
+        assert g["relevance_score"] == pytest.approx(w["relevance_score"], abs=1e-4)

@@ -166,6 +166,9 @@ class LlamaBackend:
     def embed(self, inputs: Sequence[Sequence[int]], normalize: int) -> list[list[list[float]]]:
         return [self.embedder.embed(tokens, normalize) for tokens in inputs]
 
+    def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        return [self.embedder.score(tokens) for tokens in inputs]
+
     def embedding_pooling(self) -> str:
         self.embedder.pooled()
         return self.embedder.pooling_name

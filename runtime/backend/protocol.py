@@ -283,3 +283,7 @@ class Embeddings(Protocol):
     def embedding_pooling(self) -> str:
         """The pooling the embedding context uses (none, mean, cls, last, rank; opens the context)."""
         ...
+
+    def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Each input's score (the first value of its `rank`-pooled output)."""
+        ...

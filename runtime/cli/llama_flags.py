@@ -1,6 +1,7 @@
 """`turnstile serve`'s flags that exist for llama-server's command line: the server's sampling defaults
 (`--temp`, `--seed`, `--n-predict`), `--slots` / `--no-slots` (GET /slots on or off), `--slot-save-path`,
-`--cors-origins`, `--chat-template NAME` (one of llama.cpp's built-in templates), `--embedding` and `--pooling`."""
+`--cors-origins`, `--chat-template NAME` (one of llama.cpp's built-in templates), `--embedding`,
+`--reranking` and `--pooling`."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="serve /embedding(s) and /v1/embeddings from a second context on the model (llama-server's)",
     )
     p.add_argument(
+        "--reranking",
+        "--rerank",
+        dest="reranking",
+        action="store_true",
+        help="serve /rerank (and the embedding routes) with rank pooling (llama-server's)",
+    )
+    p.add_argument(
         "--pooling",
         choices=("none", "mean", "cls", "last", "rank"),
         default=None,
@@ -66,6 +74,10 @@ def model_name(args: argparse.Namespace) -> str | None:
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.reranking:  # as llama-server's flag: embeddings on, rank pooling
+        if args.pooling not in (None, "rank"):
+            p.error("--reranking uses rank pooling: leave --pooling out")
+        args.pooling = "rank"
     if args.chat_template is not None:
         from runtime.errors import InvalidConfig
         from runtime.templates.load import chat_template_source
@@ -104,5 +116,6 @@ def options(args: argparse.Namespace) -> LlamaOptions:
         metrics=args.metrics,
         slot_save_path=Path(args.slot_save_path) if args.slot_save_path else None,
         cors_origins=origins,
-        embeddings=args.embedding,
+        embeddings=args.embedding or args.reranking,
+        reranking=args.reranking,
     )

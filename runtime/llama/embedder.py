@@ -97,6 +97,21 @@ class Embedder:
 
     def embed(self, tokens: Sequence[int], how: int = 2) -> list[list[float]]:
         """One input's embedding: [one vector] when pooled (normalized by `how`), else one per token (raw)."""
+        self._evaluate(tokens)
+        ctx, n = self.ctx, len(tokens)
+        if self.pooled():
+            return [normalize(self._vector(llama_cpp.llama_get_embeddings_seq(ctx, 0)), how)]
+        return [[float(x) for x in self._vector(llama_cpp.llama_get_embeddings_ith(ctx, i))] for i in range(n)]
+
+    def score(self, tokens: Sequence[int]) -> float:
+        """A rerank score: the first value of the pooled output (llama-server's send_rerank; `rank` pooling)."""
+        self._evaluate(tokens)
+        ptr = llama_cpp.llama_get_embeddings_seq(self.ctx, 0)
+        if not ptr:
+            ptr = llama_cpp.llama_get_embeddings_ith(self.ctx, len(tokens) - 1)
+        return float(ptr[0]) if ptr else -1e6
+
+    def _evaluate(self, tokens: Sequence[int]) -> None:
         if self.ctx is None:
             self._open()
         n = len(tokens)
@@ -117,9 +132,6 @@ class Embedder:
         rc = llama_cpp.llama_encode(ctx, b) if encoder else llama_cpp.llama_decode(ctx, b)
         if rc != 0:
             raise LlamaDecodeError(int(rc))
-        if self.pooled():
-            return [normalize(self._vector(llama_cpp.llama_get_embeddings_seq(ctx, 0)), how)]
-        return [[float(x) for x in self._vector(llama_cpp.llama_get_embeddings_ith(ctx, i))] for i in range(n)]
 
     def _vector(self, ptr: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
         if not ptr:

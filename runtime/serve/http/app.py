@@ -8,7 +8,7 @@
     GET  /openapi.json          these routes as OpenAPI 3.1, from the request/response types (no API key needed)
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /completion, /completions, /v1/completions   a raw prompt (runtime.serve.http.llama.completion)
-    POST /infill, /embedding(s), /v1/embeddings   fill-in-the-middle, embeddings (.llama.infill, .embeddings)
+    POST /infill, /embedding(s), /v1/embeddings, /rerank   fill-in-the-middle, embeddings, reranking (.llama.*)
     POST /slots/{id}?action=…   llama-server's slot save/restore/erase (.llama.slot_actions)
     GET /props, /slots, /models, /v1/health; POST /chat/completions, /responses   llama-server's routes and
                                 its un-prefixed OpenAI paths (runtime.serve.http.llama.routes); CORS with
@@ -53,6 +53,7 @@ from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
 from runtime.serve.http.llama import embeddings as llama_embeddings
 from runtime.serve.http.llama import infill as llama_infill
+from runtime.serve.http.llama import rerank as llama_rerank
 from runtime.serve.http.llama import routes as llama_routes
 from runtime.serve.http.llama.cors import Cors
 from runtime.serve.http.llama.options import LlamaOptions
@@ -79,6 +80,7 @@ COMPLETION_PATHS = (
     "/infill",
     *llama_embeddings.NATIVE_PATHS,
     llama_embeddings.OAI_PATH,
+    *llama_rerank.PATHS,
 )
 TURN_PATHS = frozenset(  # POST: a turn, under quotas
     {"/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses", *COMPLETION_PATHS}
@@ -201,6 +203,7 @@ def build(
         *llama_completion.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *llama_routes.routes(state),
         *llama_embeddings.routes(state, max_body_bytes=max_body_bytes),
+        *llama_rerank.routes(state, max_body_bytes=max_body_bytes),
         *llama_infill.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
