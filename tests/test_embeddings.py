@@ -42,7 +42,6 @@ async def test_embeddings_leave_the_chat_slot_alone(tiny_models: dict[str, Path]
     async with served(tiny_models["llama"], "mean") as (rt, c):
         body = {"prompt": PROMPT, "n_predict": 4, "temperature": 0.0, "ignore_eos": True, "return_tokens": True}
         first = (await c.post("/completion", json=body)).json()
-        held = rt.stats().slot.slot_tokens
         assert rt.backend.embedder.ctx is None  # type: ignore[attr-defined]  # made on first use only
 
         r = await c.post("/v1/embeddings", json={"input": [PROMPT, PROMPT[:10]], "model": "m"})
@@ -55,7 +54,10 @@ async def test_embeddings_leave_the_chat_slot_alone(tiny_models: dict[str, Path]
             assert math.isclose(sum(x * x for x in d["embedding"]), 1.0, rel_tol=1e-4)
         assert out["data"][0]["embedding"] != out["data"][1]["embedding"]
 
+        held = rt.stats().slot.slot_tokens
+        assert (await c.post("/v1/embeddings", json={"input": "another"})).status_code == 200
         assert rt.stats().slot.slot_tokens == held
+        # the next turn reuses all the slot held: the embeddings did not touch it
         more = (await c.post("/completion", json={**body, "prompt": [*PROMPT, *first["tokens"], 9]})).json()
         assert more["timings"]["cache_n"] == len(PROMPT) + len(first["tokens"])
 
