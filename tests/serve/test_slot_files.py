@@ -26,10 +26,10 @@ from runtime.serve.http.llama.options import LlamaOptions
 from runtime.serve.http.llama.slot_actions import valid_filename
 from runtime.serve.http.tenants import Keyring
 from runtime.testing import ScriptedBackend
+from sessions import MemoryStore
 from tests.support.llama_server import LlamaServer
 from tests.support.oracle import llama_server_binary
 from tests.support.process import ServeProcess
-from sessions import MemoryStore
 
 PROMPT = [5 + (i * 7) % 50 for i in range(40)]  # token ids of the tiny vocabulary
 OTHER = [60 + (i * 3) % 40 for i in range(30)]
