@@ -103,9 +103,11 @@ def run_suite(
     work: Path,
     *,
     select: str | None = None,
+    nodes: list[str] | None = None,
     timeout: float = 3600.0,
 ) -> SuiteRun:
-    """Run `files` (names like "test_tokenize") of the suite with `system` ("llama-server" or "turnstile")."""
+    """Run `files` (names like "test_tokenize") of the suite with `system` ("llama-server" or "turnstile");
+    `nodes`: only these tests (node ids as the results name them; `files` is then ignored)."""
     # the suite names templates as ../../../models/templates/X.jinja from its cwd: keep that layout
     copy = work / system / "tools" / "server" / "tests"
     shutil.copytree(suite_dir(), copy, ignore=shutil.ignore_patterns("tmp", "__pycache__", ".pytest_cache"))
@@ -127,7 +129,12 @@ def run_suite(
     env.pop("SLOW_TESTS", None)
     env.pop("DEBUG_EXTERNAL", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "benchmarks.llama_server_suite.plugin", "-p", "no:cacheprovider"]
-    cmd += ["-o", "addopts=", *(f"unit/{f.removesuffix('.py')}.py" for f in files)]
+    if nodes:
+        listed = work / system / "nodes.txt"
+        listed.write_text("".join(f"{n}\n" for n in nodes))
+        cmd += ["-o", "addopts=", f"@{listed}"]  # pytest reads the arguments from the file
+    else:
+        cmd += ["-o", "addopts=", *(f"unit/{f.removesuffix('.py')}.py" for f in files)]
     if select:
         cmd += ["-k", select]
     started = time.perf_counter()

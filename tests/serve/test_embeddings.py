@@ -70,6 +70,10 @@ async def test_embeddings_leave_the_chat_slot_alone(tiny_models: dict[str, Path]
         raw = r.json()["data"][0]["embedding"]
         assert normalize(np.array(raw, dtype=np.float32), 2) == pytest.approx(out["data"][0]["embedding"], abs=1e-6)
 
+        parts = {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}
+        r = await c.post("/v1/embeddings", json={"input": ["hello world", parts]})
+        assert r.status_code == 200 and r.json()["data"][0]["embedding"] == r.json()["data"][1]["embedding"]
+
         for bad, message in [
             ({}, '"input" or "content" must be provided'),
             ({"input": ""}, "Input content cannot be empty"),

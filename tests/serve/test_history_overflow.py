@@ -36,3 +36,18 @@ async def test_a_long_history_gets_the_context_size_error(stream: bool) -> None:
             assert r.status_code == 400
             assert "only the first message may be system" in r.json()["error"]["message"]
         assert rt.stats().scheduler.submitted == 0
+
+
+@pytest.mark.anyio
+async def test_input_tokens_counts_the_prompt() -> None:
+    async with Runtime.serve(ScriptedBackend(n_ctx=400), MemoryStore()) as rt:
+        application = make_app(rt, model_name="tiny", llama=LlamaOptions())
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=application), base_url="http://t") as c:
+            for path in ("/chat/completions/input_tokens", "/v1/chat/completions/input_tokens"):
+                r = await c.post(path, json={"messages": TURN})
+                assert r.status_code == 200
+                assert r.json() == {"input_tokens": await rt.count_tokens(TURN), "object": "response.input_tokens"}
+                assert r.json()["input_tokens"] > len("What is the best book")
+            r = await c.post("/chat/completions/input_tokens", json={"messages": []})
+            assert r.status_code == 400
+        assert rt.stats().scheduler.submitted == 0

@@ -53,6 +53,7 @@ from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
 from runtime.serve.http.llama import embeddings as llama_embeddings
 from runtime.serve.http.llama import infill as llama_infill
+from runtime.serve.http.llama import input_tokens as llama_input_tokens
 from runtime.serve.http.llama import rerank as llama_rerank
 from runtime.serve.http.llama import routes as llama_routes
 from runtime.serve.http.llama.cors import Cors
@@ -95,6 +96,7 @@ _PATHS = frozenset(
         "/slots",
         "/v1/health",
         *COMPLETION_PATHS,
+        *llama_input_tokens.PATHS,
         "/health",
         "/metrics",
         "/openapi.json",
@@ -204,6 +206,7 @@ def build(
         *llama_routes.routes(state),
         *llama_embeddings.routes(state, max_body_bytes=max_body_bytes),
         *llama_rerank.routes(state, max_body_bytes=max_body_bytes),
+        *llama_input_tokens.routes(state, max_body_bytes=max_body_bytes),
         *llama_infill.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),

@@ -52,6 +52,7 @@ async def _inputs(rt: Runtime, body: dict[str, Any]) -> tuple[list[list[int]], b
         raise ApiError.bad_request("Input content cannot be empty")
     if isinstance(value, list) and not value:
         raise ApiError.bad_request('"input" must not be empty')
+    value = [_text_parts(v) for v in value] if isinstance(value, list) else _text_parts(value)
     try:
         prompts = _prompts(value)
     except ApiError:
@@ -60,6 +61,18 @@ async def _inputs(rt: Runtime, body: dict[str, Any]) -> tuple[list[list[int]], b
     if any(not t for t in out):
         raise ApiError.bad_request("Input content cannot be empty")
     return out, oai
+
+
+def _text_parts(value: Any) -> Any:
+    """An OpenAI content entry `{"content": [{"type": "text", "text": ...}, ...]}` as its texts joined (llama-server
+    reads it so); anything else as it is (other part types are refused with the rest of a bad input)."""
+    if isinstance(value, dict) and set(value) == {"content"} and isinstance(value["content"], list):
+        parts = value["content"]
+        if parts and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts
+        ):
+            return "".join(p["text"] for p in parts)
+    return value
 
 
 def _normalize(body: dict[str, Any]) -> int:
