@@ -36,8 +36,10 @@ def _whole(slot: Slot) -> SlotState:
 
 def save(slot: Slot, path: Path) -> SlotFile:
     """Write what the slot holds to `path` (atomically: a temporary file renamed); an empty slot writes a
-    file of no tokens, as llama-server's. A reply's last token, not evaluated yet (`runtime.slot.commit`), is
-    not in it: llama-server's slot never evaluates it either, so `n_saved` is the same."""
+    file of no tokens, as llama-server's. A reply's last token is evaluated first (`runtime.slot.commit`: the
+    slot does so anyway when idle), so the file holds one token more than llama-server's, whose slot never
+    evaluates it: `n_saved` is llama-server's + 1 after a reply."""
+    slot.settle()
     eng = slot.engine
     state = _whole(slot) if slot.tokens else SlotState(b"", ())
     parts = encode_parts(KIND_STATE, eng.fingerprint, eng.settings_key, slot.tokens, state.parts())
@@ -77,7 +79,8 @@ def restore(slot: Slot, path: Path) -> SlotFile:
 
 def erase(slot: Slot) -> int:
     """Forget what the slot holds (the cache's entries stay); the number of tokens it held (a reply's last
-    token, never evaluated, not counted: llama-server's `n_erased`)."""
+    token included, as `save`)."""
+    slot.settle()
     n = len(slot.tokens)
     slot.reset()
     log.info("slot.erased", n_tokens=n)
