@@ -284,6 +284,25 @@ class TieredCache(Generic[S]):
     def _spill_all(self, entries: Sequence[Entry[S]]) -> int:
         return sum(self._spill(e.tokens, e.state) for e in entries)
 
+    def keep(self, slot: Sequence[int], nbytes: Callable[[], int], snapshot: Callable[[], S]) -> int:
+        """Keep the slot's state before the slot takes one from elsewhere (a restored slot file): in RAM, or on
+        disk when RAM is off or too small for it; what RAM evicts for it spills to disk. Bytes saved."""
+        if not slot:
+            return 0
+        size, saved = nbytes(), 0
+        evicted: list[Entry[S]] = []
+        if self.ram is not None:
+            if self.ram.save(slot, size, snapshot):
+                saved = size
+            evicted += self.ram.drain_evicted()
+        if not saved and self.disk is not None:
+            saved = self._spill(slot, snapshot())
+        if self.ram is not None:
+            evicted += self.ram.update()
+        self._spill_all(evicted)
+        log.debug("cache.keep", n_tokens=len(slot), nbytes=saved)
+        return saved
+
     # --- lifetime ---------------------------------------------------------------------------------
 
     def flush(self, slot: Sequence[int], snapshot: Callable[[], S]) -> int:

@@ -14,7 +14,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import EngineInfo, SlotBackend, SlotStats
+from runtime.backend.protocol import Embeddings, EngineInfo, SlotBackend, SlotFile, SlotFiles, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub
@@ -459,7 +459,11 @@ class Runtime(SessionOps):
             sid = f"{space}@stateless:{next(self._anonymous)}"
         else:
             sid = v.check_session_id(session_id)
-        conversation = v.check_conversation(messages, sid)
+        try:
+            conversation = v.check_conversation(messages, sid)
+        except InvalidRequest:
+            self._check_fits(messages)  # a history too long for the context says so first, as llama-server
+            raise
         turn = Turn(
             RequestKind.COMPLETE,
             None,
@@ -470,6 +474,23 @@ class Runtime(SessionOps):
             constraints=opts.constraints,
         )
         return self._submit(sid, turn, opts.timeout)
+
+    def _check_fits(self, messages: object) -> None:
+        """ContextOverflow when `messages`, rendered by the chat template as they are, do not fit the context.
+
+        For a message list the session model refuses (a system message after the first): llama-server renders
+        any roles and answers a history longer than its context with the context-size error, so a client that
+        sends one (llama.cpp's suite sends a 100-turn one) learns the same here. Called only on that refusal
+        path; a render or tokenize failure leaves the refusal as it was."""
+        if not isinstance(messages, list):
+            return
+        try:
+            text = self.backend.apply_template(messages, add_generation_prompt=True)
+            n = len(self.backend.tokenize(text, add_special=True, parse_special=True))
+        except (TurnstileError, TypeError, ValueError):
+            return
+        if n >= self.backend.n_ctx:
+            raise ContextOverflow(n, self.backend.n_ctx)
 
     async def _run_turn(self, session_id: str, turn: Turn, opts: CheckedOptions) -> Reply:
         return await self.scheduler.wait(self._submit(session_id, turn, opts.timeout), opts.timeout)
@@ -537,6 +558,57 @@ class Runtime(SessionOps):
         """Each token's bytes, special tokens spelled out; `InvalidRequest` for an id outside the vocabulary."""
         piece = self.backend.token_piece
         return await anyio.to_thread.run_sync(lambda: [piece(t) for t in tokens])
+
+    # --- embeddings (llama-server's --embedding) -------------------------------------------------------
+
+    def _embeddings(self) -> Embeddings:
+        if not isinstance(self.backend, Embeddings):
+            raise InvalidRequest(f"{type(self.backend).__name__} cannot embed")
+        return self.backend
+
+    async def embed(self, inputs: Sequence[Sequence[int]], *, normalize: int = 2) -> list[list[list[float]]]:
+        """Embeddings of token lists from a second context on the same weights (made on first use), in the
+        worker thread between requests: the chat slot's state is not touched. Per input: [one vector] when the
+        pooling pools (normalized: llama.cpp's embd_normalize), else one vector per token."""
+        backend = self._embeddings()
+        return await self._in_slot_thread(backend.embed, [list(t) for t in inputs], normalize)
+
+    async def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Scores of token lists (query and document each, in the model's rerank layout) from the embedding
+        context under `rank` pooling; between requests, the chat slot untouched."""
+        backend = self._embeddings()
+        return await self._in_slot_thread(backend.rerank, [list(t) for t in inputs])
+
+    async def embedding_pooling(self) -> str:
+        """The embedding context's pooling: none, mean, cls, last or rank."""
+        return await self._in_slot_thread(self._embeddings().embedding_pooling)
+
+    # --- llama-server's slot actions ---------------------------------------------------------------------
+
+    def _slot_files(self) -> SlotFiles:
+        if not isinstance(self.backend, SlotFiles):
+            raise InvalidRequest(f"{type(self.backend).__name__} keeps no slot state to save or restore")
+        return self.backend
+
+    async def save_slot(self, path: Path) -> SlotFile:
+        """Write what the slot holds now (tokens, state, checkpoints) to `path` (llama-server's slot save), in
+        the worker thread between requests."""
+        return await self._in_slot_thread(self._slot_files().save_slot, path)
+
+    async def restore_slot(self, path: Path) -> SlotFile:
+        """Load a slot file into the slot (what it held is kept in the cache first); the next request whose
+        prompt starts with the file's tokens reuses them."""
+        files = self._slot_files()
+        done = await self._in_slot_thread(files.restore_slot, path)
+        self._turns.last_session = None  # the slot holds no session's state now
+        return done
+
+    async def erase_slot(self) -> int:
+        """Forget what the slot holds (cached states stay); the number of tokens it held."""
+        files = self._slot_files()
+        n = await self._in_slot_thread(files.erase_slot)
+        self._turns.last_session = None
+        return n
 
     @property
     def model_name(self) -> str:

@@ -72,6 +72,7 @@ class EngineConfig:
     use_mmap: bool = True  # map the model file instead of reading it
     use_mlock: bool = False  # keep the model's pages in RAM (llama-server's --mlock)
     chat_template: str | os.PathLike[str] | None = None  # Jinja source or a template file (None: the GGUF's)
+    pooling: str | None = None  # embeddings' pooling (--pooling): none, mean, cls, last, rank; None: the model's
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -95,6 +96,8 @@ class EngineConfig:
                 f"a quantized V cache (type_v={self.type_v}) needs flash attention: use flash_attn 'on' or 'auto' "
                 "(llama-server: -fa on), or type_v f16"
             )
+        if self.pooling is not None and self.pooling not in ("none", "mean", "cls", "last", "rank"):
+            raise InvalidConfig(f"pooling must be none, mean, cls, last, rank or None, not {self.pooling!r}")
         if not _is_int(self.n_gpu_layers) or self.n_gpu_layers < -1:
             raise InvalidConfig(f"n_gpu_layers must be an int >= 0, or -1 for all layers, not {self.n_gpu_layers!r}")
         for name in ("use_mmap", "use_mlock"):

@@ -48,6 +48,8 @@ def rows(runs: dict[str, SuiteRun], files: list[str]) -> list[dict[str, object]]
             row[s] = len(passed[s])
         if len(runs) == 2:
             row["both"] = len(set.intersection(*passed.values()))
+        for s, r in runs.items():
+            row[f"{s} s"] = round(sum(r.outcomes[n].seconds for n in names if n in r.outcomes))
         out.append(row)
     return out
 

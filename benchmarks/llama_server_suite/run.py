@@ -46,16 +46,25 @@ FILES: tuple[str, ...] = (
 )
 
 
-# what CI runs against turnstile alone (tests/benchmarks/test_llama_server_suite.py): the files whose expected pass set
-# is recorded in tests/data/llama_server_suite_expected.txt. The chat, completion, Anthropic, Responses,
-# tool-call and security files join once their set is recorded (--write-expected; see the test's docstring).
-CI_FILES: tuple[str, ...] = ("test_template", "test_tokenize")
+# what CI runs against turnstile alone (tests/benchmarks/test_llama_server_suite.py): the files whose expected
+# pass set is recorded in tests/data/llama_server_suite_expected.txt (--write-expected; see the test's docstring)
+CI_FILES: tuple[str, ...] = (
+    "test_template",
+    "test_tokenize",
+    "test_chat_completion",
+    "test_completion",
+    "test_compat_anthropic",
+    "test_compat_oai_responses",
+    "test_tool_call",
+    "test_security",
+)
 
 
 @dataclass(frozen=True)
 class Outcome:
     outcome: str  # passed | failed | error | skipped
     reason: str
+    seconds: float = 0.0  # setup (the server's start), call and teardown
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,11 @@ def run_suite(
     work: Path,
     *,
     select: str | None = None,
+    nodes: list[str] | None = None,
     timeout: float = 3600.0,
 ) -> SuiteRun:
-    """Run `files` (names like "test_tokenize") of the suite with `system` ("llama-server" or "turnstile")."""
+    """Run `files` (names like "test_tokenize") of the suite with `system` ("llama-server" or "turnstile");
+    `nodes`: only these tests (node ids as the results name them; `files` is then ignored)."""
     # the suite names templates as ../../../models/templates/X.jinja from its cwd: keep that layout
     copy = work / system / "tools" / "server" / "tests"
     shutil.copytree(suite_dir(), copy, ignore=shutil.ignore_patterns("tmp", "__pycache__", ".pytest_cache"))
@@ -118,7 +129,12 @@ def run_suite(
     env.pop("SLOW_TESTS", None)
     env.pop("DEBUG_EXTERNAL", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "benchmarks.llama_server_suite.plugin", "-p", "no:cacheprovider"]
-    cmd += ["-o", "addopts=", *(f"unit/{f.removesuffix('.py')}.py" for f in files)]
+    if nodes:
+        listed = work / system / "nodes.txt"
+        listed.write_text("".join(f"{n}\n" for n in nodes))
+        cmd += ["-o", "addopts=", f"@{listed}"]  # pytest reads the arguments from the file
+    else:
+        cmd += ["-o", "addopts=", *(f"unit/{f.removesuffix('.py')}.py" for f in files)]
     if select:
         cmd += ["-k", select]
     started = time.perf_counter()
@@ -128,5 +144,5 @@ def run_suite(
         )
     seconds = time.perf_counter() - started
     raw = json.loads(results.read_text()) if results.is_file() else {}
-    outcomes = {k: Outcome(v["outcome"], v["reason"]) for k, v in raw.items()}
+    outcomes = {k: Outcome(v["outcome"], v["reason"], float(v.get("seconds", 0.0))) for k, v in raw.items()}
     return SuiteRun(system, outcomes, seconds, proc.returncode, log)

@@ -159,11 +159,20 @@ def turnstile_argv(python: str, argv: Sequence[str]) -> list[str]:
     return [python, "-m", "runtime.cli", "serve", *out]
 
 
+def _threads(argv: list[str]) -> list[str]:
+    """`TURNSTILE_SUITE_THREADS=N`: both servers get `--threads N` unless the test gives its own (so a shared
+    machine runs the suite at one thread, each system alike)."""
+    n = os.environ.get("TURNSTILE_SUITE_THREADS")
+    if not n or any(a.partition("=")[0] in {"--threads", "-t"} for a in argv):
+        return argv
+    return [*argv, "--threads", n]
+
+
 def main(argv: Sequence[str]) -> int:
     if not argv or argv[0] not in {"llama-server", "turnstile"}:
         sys.stderr.write("usage: python -m benchmarks.llama_server_suite.shim llama-server|turnstile ARGS...\n")
         return EXIT_REFUSED
-    target, args = argv[0], list(argv[1:])
+    target, args = argv[0], _threads(list(argv[1:]))
     try:
         if target == "llama-server":
             binary = os.environ.get("TURNSTILE_LLAMA_SERVER")

@@ -4,6 +4,7 @@ disk tier, behind the `SlotBackend` protocol; `LlamaBackend.build` makes one fro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from caches.disk.stats import DiskTierStats
@@ -11,15 +12,17 @@ from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotFile, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
+from runtime.llama.embedder import Embedder
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
 from runtime.llama.sampler import check_grammar
 from runtime.log import get_logger
 from runtime.reasoning import ReasoningFormat, detect, with_template
+from runtime.slot import files as slot_files
 from runtime.slot.executor import Slot
 from runtime.tools import ToolFormat
 
@@ -39,6 +42,7 @@ class LlamaBackend:
         self.name: str = engine.path.name
         self._generation_prompt: str | None = None
         self._reasoning: tuple[ReasoningFormat | None] | None = None
+        self.embedder = Embedder(engine, engine.config.pooling)  # its context is made on the first embed
         self.prompts = PromptRenderer(engine.template, lambda text, special: engine.tokenize(text, add_special=special))
 
     @classmethod
@@ -159,6 +163,25 @@ class LlamaBackend:
     def settle(self) -> None:
         self.slot.settle()
 
+    def embed(self, inputs: Sequence[Sequence[int]], normalize: int) -> list[list[list[float]]]:
+        return [self.embedder.embed(tokens, normalize) for tokens in inputs]
+
+    def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        return [self.embedder.score(tokens) for tokens in inputs]
+
+    def embedding_pooling(self) -> str:
+        self.embedder.pooled()
+        return self.embedder.pooling_name
+
+    def save_slot(self, path: Path) -> SlotFile:
+        return slot_files.save(self.slot, path)
+
+    def restore_slot(self, path: Path) -> SlotFile:
+        return slot_files.restore(self.slot, path)
+
+    def erase_slot(self) -> int:
+        return slot_files.erase(self.slot)
+
     def state_key(self) -> int:
         return hash(tuple(self.slot.last.tokens(self.slot.tokens)))  # what a cache tier saves it under
 
@@ -196,4 +219,5 @@ class LlamaBackend:
         finally:
             if self.disk is not None:
                 self.disk.close()
+            self.embedder.close()  # its context before the model it was made on
             self.engine.close()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -24,11 +25,14 @@ from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
 __all__ = [
+    "Embeddings",
     "EngineInfo",
     "GrammarSpec",
     "PrefillPaused",
     "RenderedChat",
     "SlotBackend",
+    "SlotFile",
+    "SlotFiles",
     "SlotRequest",
     "SlotResult",
     "SlotStats",
@@ -236,4 +240,50 @@ class SlotBackend(Protocol):
 
     def close(self) -> None:
         """Write what should survive to the disk tier and free everything."""
+        ...
+
+
+@dataclass(frozen=True)
+class SlotFile:
+    """What a slot save or restore did (llama-server's `n_saved` / `n_restored` and `n_written` / `n_read`)."""
+
+    n_tokens: int
+    n_bytes: int
+
+
+@runtime_checkable
+class SlotFiles(Protocol):
+    """A backend whose slot can be written to a file and read back (llama-server's slot actions); run in the
+    worker thread, between requests."""
+
+    def save_slot(self, path: Path) -> SlotFile:
+        """Write what the slot holds (tokens, state, checkpoints) to `path`."""
+        ...
+
+    def restore_slot(self, path: Path) -> SlotFile:
+        """Keep the slot's state in the cache, then load `path` into the slot; StateFormatError (the slot
+        unchanged) for a file this model and settings cannot use."""
+        ...
+
+    def erase_slot(self) -> int:
+        """Forget what the slot holds; the number of tokens it held."""
+        ...
+
+
+@runtime_checkable
+class Embeddings(Protocol):
+    """A backend that can embed token lists in a context of its own (llama-server's `--embedding`); run in
+    the worker thread. The chat slot's state is never touched."""
+
+    def embed(self, inputs: Sequence[Sequence[int]], normalize: int) -> list[list[list[float]]]:
+        """Per input: [one vector] when the pooling pools (normalized as llama.cpp's `embd_normalize`), else
+        one vector per token."""
+        ...
+
+    def embedding_pooling(self) -> str:
+        """The pooling the embedding context uses (none, mean, cls, last, rank; opens the context)."""
+        ...
+
+    def rerank(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Each input's score (the first value of its `rank`-pooled output)."""
         ...

@@ -1,6 +1,7 @@
 """`turnstile serve`'s flags that exist for llama-server's command line: the server's sampling defaults
 (`--temp`, `--seed`, `--n-predict`), `--slots` / `--no-slots` (GET /slots on or off), `--slot-save-path`,
-`--cors-origins` and `--chat-template NAME` (one of llama.cpp's built-in templates)."""
+`--cors-origins`, `--chat-template NAME` (one of llama.cpp's built-in templates), `--embedding`,
+`--reranking` and `--pooling`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tags", default=None, metavar="LIST", help="tags /v1/models lists, comma-separated")
     p.add_argument(
+        "--embedding",
+        "--embeddings",
+        dest="embedding",
+        action="store_true",
+        help="serve /embedding(s) and /v1/embeddings from a second context on the model (llama-server's)",
+    )
+    p.add_argument(
+        "--reranking",
+        "--rerank",
+        dest="reranking",
+        action="store_true",
+        help="serve /rerank (and the embedding routes) with rank pooling (llama-server's)",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=("none", "mean", "cls", "last", "rank"),
+        default=None,
+        help="the embeddings' pooling (default: the model's)",
+    )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="NAME|JINJA",
+        help="one of llama.cpp's built-in template names (chatml, llama3, command-r, ...) or Jinja source",
+    )
+    p.add_argument(
         "--cors-origins",
         default=None,
         metavar="LIST",
@@ -47,6 +74,20 @@ def model_name(args: argparse.Namespace) -> str | None:
 
 
 def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.reranking:  # as llama-server's flag: embeddings on, rank pooling
+        if args.pooling not in (None, "rank"):
+            p.error("--reranking uses rank pooling: leave --pooling out")
+        args.pooling = "rank"
+    if args.chat_template is not None:
+        from runtime.errors import InvalidConfig
+        from runtime.templates.load import chat_template_source
+
+        if getattr(args, "chat_template_file", None) is not None:
+            p.error("give --chat-template or --chat-template-file, not both")
+        try:
+            args.chat_template = chat_template_source(args.chat_template)
+        except InvalidConfig as e:
+            p.error(f"--chat-template: {e}")
     if args.temp is not None and not 0.0 <= args.temp <= 100.0:
         p.error("--temp must be in [0, 100]")
     if args.n_predict is not None and args.n_predict < -1:
@@ -75,4 +116,6 @@ def options(args: argparse.Namespace) -> LlamaOptions:
         metrics=args.metrics,
         slot_save_path=Path(args.slot_save_path) if args.slot_save_path else None,
         cors_origins=origins,
+        embeddings=args.embedding or args.reranking,
+        reranking=args.reranking,
     )

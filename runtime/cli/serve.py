@@ -146,8 +146,8 @@ def check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             args.keyring = Keyring.from_options(key, args.api_key_file, defaults)
         except ValueError as e:  # InvalidConfig, InvalidKeyFile
             p.error(f"--quota: {e}" if not isinstance(e, InvalidKeyFile) else str(e))
-    if args.chat_template_file is not None and args.replicas is not None:
-        p.error("--chat-template-file does not work with --replicas yet")
+    if (args.chat_template_file is not None or args.chat_template is not None) and args.replicas is not None:
+        p.error("--chat-template and --chat-template-file do not work with --replicas yet")
     cluster.check_arguments(p, args)
 
 
@@ -171,6 +171,8 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         **reasoning.open_keywords(args),
         **hardware.engine_keywords(args),
         **({"chat_template": args.chat_template_file} if args.chat_template_file is not None else {}),
+        **({"chat_template": args.chat_template} if args.chat_template is not None else {}),
+        **({"pooling": args.pooling} if args.pooling is not None else {}),
     )
 
 

@@ -259,6 +259,28 @@ class Engine:
     def bos_token(self) -> int:
         return int(llama_cpp.llama_vocab_bos(self.vocab))
 
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    @property
+    def add_eos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_eos(self.vocab))
+
+    @property
+    def add_sep(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_sep(self.vocab))
+
+    @property
+    def sep_token(self) -> int:
+        return int(llama_cpp.llama_vocab_sep(self.vocab))
+
+    def fim_tokens(self) -> list[int]:
+        """Fill-in-the-middle tokens: prefix, suffix, middle, repo, file separator (-1: none)."""
+        v, lib = self.vocab, llama_cpp
+        fns = [lib.llama_vocab_fim_pre, lib.llama_vocab_fim_suf, lib.llama_vocab_fim_mid]
+        return [int(f(v)) for f in [*fns, lib.llama_vocab_fim_rep, lib.llama_vocab_fim_sep]]
+
     def is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 

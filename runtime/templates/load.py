@@ -2,7 +2,8 @@
 templates, chosen as llama-server chooses (common_chat_templates_init).
 
 - An override (`Runtime.open(chat_template=...)`, `turnstile serve --chat-template-file`) replaces the GGUF's
-  templates, its `tool_use` variant included; `"chatml"` names llama.cpp's ChatML template.
+  templates, its `tool_use` variant included; a name of llama.cpp's built-in templates (`"chatml"`,
+  `"llama3"`, `"command-r"`, ...: runtime.templates.builtin) stands for that template.
 - Otherwise the GGUF's `tokenizer.chat_template`, and `tokenizer.chat_template.tool_use` for turns that offer
   tools (Hermes 2 Pro / 3, Command R+); a GGUF with only a `tool_use` template uses it for every turn.
 - Neither: ChatML, with a logged warning (`template.fallback`).
@@ -19,6 +20,7 @@ from pathlib import Path
 from runtime.errors import InvalidConfig
 from runtime.log import get_logger
 from runtime.templates.apply import CHATML_TEMPLATE
+from runtime.templates.builtin import BUILTIN, builtin_source
 
 __all__ = ["TemplateSources", "chat_template_source", "choose_templates"]
 
@@ -32,8 +34,18 @@ def chat_template_source(value: str | os.PathLike[str]) -> str:
     the text of the file it names (`.jinja` or any other). Raises InvalidConfig when that file is missing."""
     if isinstance(value, str) and ("{{" in value or "{%" in value):
         return value
-    if isinstance(value, str) and value == "chatml":
-        return CHATML_TEMPLATE
+    if isinstance(value, str) and not os.path.exists(value):
+        try:
+            builtin = builtin_source(value)
+        except KeyError as e:
+            raise InvalidConfig(str(e.args[0])) from None
+        if builtin is not None:
+            return builtin
+        if "/" not in value and os.sep not in value and "." not in value:
+            raise InvalidConfig(
+                f"unknown chat template name {value[:80]!r}: llama.cpp's names turnstile renders are "
+                f"{', '.join(sorted(BUILTIN))}; or give Jinja source, or a template file"
+            )
     if not isinstance(value, str | os.PathLike):
         raise InvalidConfig(f"chat_template must be Jinja source or a path, not {type(value).__name__}")
     path = Path(value)

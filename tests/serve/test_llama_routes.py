@@ -194,7 +194,7 @@ async def test_server_sampling_defaults_and_request_values() -> None:
     async with served(sampling={"max_tokens": 1, "seed": 7}) as c:
         r = await c.post("/completion", json={"prompt": [5], "n_predict": 8}, headers=AUTH)
         settings = r.json()["generation_settings"]
-        assert (settings["n_predict"], settings["seed"]) == (1, 7)  # the server's n_predict is a ceiling
+        assert (settings["n_predict"], settings["seed"]) == (8, 7)  # the request's n_predict wins, as llama-server
         r = await c.post("/completion", json={"prompt": [5], "seed": 3, "temperature": 0.0}, headers=AUTH)
         settings = r.json()["generation_settings"]
         assert (settings["n_predict"], settings["seed"], settings["temperature"]) == (1, 3, 0.0)

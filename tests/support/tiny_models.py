@@ -176,12 +176,30 @@ class Vocab:
     eos: int
     template: str
     space_prefix: bool | None = None  # None: the tokenizer's default
+    fim: tuple[int, int, int] | None = None  # fill-in-the-middle prefix, suffix, middle token ids (None: none)
 
 
 def chatml_vocab() -> Vocab:
     """The default: the small SPM vocabulary, ChatML's control tokens and template."""
     tokens, scores, types = _vocab()
     return Vocab(tokens, scores, types, bos=1, eos=4, template=CHATML_TEMPLATE)  # eos <|im_end|>: ends a turn
+
+
+def fim_vocab() -> Vocab:
+    """`chatml_vocab()` with three control tokens for fill-in-the-middle (`<fim_prefix>`, `<fim_suffix>`,
+    `<fim_middle>`) named as the model's FIM tokens: a code model for /infill."""
+    base = chatml_vocab()
+    n = len(base.tokens)
+    control = int(gguf.TokenType.CONTROL)
+    return Vocab(
+        [*base.tokens, b"<fim_prefix>", b"<fim_suffix>", b"<fim_middle>"],
+        [*base.scores, 0.0, 0.0, 0.0],
+        [*base.types, control, control, control],
+        bos=base.bos,
+        eos=base.eos,
+        template=base.template,
+        fim=(n, n + 1, n + 2),
+    )
 
 
 def _header(w: gguf.GGUFWriter, vocab: Vocab, n_layer: int, n_ctx: int) -> None:
@@ -202,6 +220,10 @@ def _header(w: gguf.GGUFWriter, vocab: Vocab, n_layer: int, n_ctx: int) -> None:
     if vocab.space_prefix is not None:
         w.add_add_space_prefix(vocab.space_prefix)
     w.add_chat_template(vocab.template)
+    if vocab.fim is not None:
+        keys = (gguf.Keys.Tokenizer.FIM_PRE_ID, gguf.Keys.Tokenizer.FIM_SUF_ID, gguf.Keys.Tokenizer.FIM_MID_ID)
+        for key, token in zip(keys, vocab.fim, strict=True):
+            w.add_uint32(key, token)
 
 
 class _Tensors:

@@ -8,6 +8,8 @@
     GET  /openapi.json          these routes as OpenAPI 3.1, from the request/response types (no API key needed)
     POST /apply-template, /tokenize, /detokenize   llama-server's (runtime.serve.http.template_routes)
     POST /completion, /completions, /v1/completions   a raw prompt (runtime.serve.http.llama.completion)
+    POST /infill, /embedding(s), /v1/embeddings, /rerank   fill-in-the-middle, embeddings, reranking (.llama.*)
+    POST /slots/{id}?action=…   llama-server's slot save/restore/erase (.llama.slot_actions)
     GET /props, /slots, /models, /v1/health; POST /chat/completions, /responses   llama-server's routes and
                                 its un-prefixed OpenAI paths (runtime.serve.http.llama.routes); CORS with
                                 `llama.cors_origins` (runtime.serve.http.llama.cors: preflights before the key)
@@ -49,6 +51,10 @@ from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.endpoint import send_error
 from runtime.serve.http.errors import ApiError, is_anthropic
 from runtime.serve.http.llama import completion as llama_completion
+from runtime.serve.http.llama import embeddings as llama_embeddings
+from runtime.serve.http.llama import infill as llama_infill
+from runtime.serve.http.llama import input_tokens as llama_input_tokens
+from runtime.serve.http.llama import rerank as llama_rerank
 from runtime.serve.http.llama import routes as llama_routes
 from runtime.serve.http.llama.cors import Cors
 from runtime.serve.http.llama.options import LlamaOptions
@@ -69,7 +75,14 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServeState", "app", "build"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/openapi.json"})
-COMPLETION_PATHS = (*llama_completion.NATIVE_PATHS, *llama_completion.OAI_PATHS)
+COMPLETION_PATHS = (
+    *llama_completion.NATIVE_PATHS,
+    *llama_completion.OAI_PATHS,
+    "/infill",
+    *llama_embeddings.NATIVE_PATHS,
+    llama_embeddings.OAI_PATH,
+    *llama_rerank.PATHS,
+)
 TURN_PATHS = frozenset(  # POST: a turn, under quotas
     {"/v1/chat/completions", "/chat/completions", "/v1/messages", "/v1/responses", "/responses", *COMPLETION_PATHS}
 )
@@ -83,6 +96,7 @@ _PATHS = frozenset(
         "/slots",
         "/v1/health",
         *COMPLETION_PATHS,
+        *llama_input_tokens.PATHS,
         "/health",
         "/metrics",
         "/openapi.json",
@@ -190,6 +204,10 @@ def build(
         Route("/chat/completions", chat, methods=["POST"]),
         *llama_completion.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *llama_routes.routes(state),
+        *llama_embeddings.routes(state, max_body_bytes=max_body_bytes),
+        *llama_rerank.routes(state, max_body_bytes=max_body_bytes),
+        *llama_input_tokens.routes(state, max_body_bytes=max_body_bytes),
+        *llama_infill.routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *template_routes(state, max_body_bytes=max_body_bytes),
         *messages_routes(state, max_body_bytes=max_body_bytes, request_timeout=request_timeout),
         *session_routes(state),

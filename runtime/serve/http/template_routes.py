@@ -27,7 +27,7 @@ from runtime.serve.http.state import ServeState
 __all__ = ["PATHS", "TemplateEndpoint", "apply_template", "detokenize", "routes", "tokenize"]
 
 Scope = dict[str, Any]
-Handler = Callable[[Runtime, dict[str, Any]], Awaitable[dict[str, Any]]]
+Handler = Callable[[Runtime, dict[str, Any]], Awaitable[Any]]
 
 _decoder = msgspec.json.Decoder()
 

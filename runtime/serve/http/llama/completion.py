@@ -67,7 +67,7 @@ class CompletionEndpoint:
             body = _decoder.decode(raw) if raw.strip() else None
             if not isinstance(body, dict):
                 raise ApiError.bad_request("the request body must be a JSON object with a 'prompt'")
-            call = parse(body, self.state.llama.sampling, oai=self.oai)
+            call = parse(await self.prepare(body), self.state.llama.sampling, oai=self.oai)
             rt = self.state.require()
             prompts = [await _tokens(rt, p) for p in call.prompts]
         except ClientGone:
@@ -88,6 +88,10 @@ class CompletionEndpoint:
         phase = await run_watched(receive, work, fail)
         if phase.gone:
             self.state.disconnects += 1
+
+    async def prepare(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body to parse (a route built on this one, /infill, makes its prompt here)."""
+        return body
 
     def _options(self, call: CompletionCall) -> dict[str, Any]:
         return {"timeout": self.request_timeout, **call.options}
@@ -124,7 +128,7 @@ class CompletionEndpoint:
             "stop_type": _stop_type(reply),
             "stopping_word": reply.stop_sequence or "",
             "tokens_cached": u.prompt_tokens + u.generated_tokens,
-            "timings": timings(reply),
+            "timings": llama_timings(reply),
         }
 
     def _oai(self, call: CompletionCall, replies: list[tuple[Reply, str]]) -> dict[str, Any]:
@@ -152,7 +156,7 @@ class CompletionEndpoint:
                 "total_tokens": prompt_n + gen_n,
                 "prompt_tokens_details": {"cached_tokens": cached},
             },
-            "timings": timings(replies[-1][0]),
+            "timings": llama_timings(replies[-1][0]),
         }
 
     def _id(self) -> str:
@@ -207,6 +211,16 @@ class CompletionEndpoint:
     async def _event(send: Send, data: dict[str, Any], *, last: bool = False) -> None:
         chunk = b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
         await send({"type": "http.response.body", "body": chunk, "more_body": not last})
+
+
+def llama_timings(reply: Reply) -> dict[str, Any]:
+    """llama-server's `timings` of a completion: numbers only (a client checks each is finite and >= 0), the
+    generation rate over the decode steps (the first token comes from the prompt's logits: n - 1 steps)."""
+    out = {k: v for k, v in timings(reply).items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    steps, ms = max(0, out["predicted_n"] - 1), out["predicted_ms"]
+    out["predicted_per_token_ms"] = ms / steps if steps else 0.0
+    out["predicted_per_second"] = 1e3 / ms * steps if ms > 0 and steps else 0.0
+    return out
 
 
 async def _tokens(rt: Runtime, prompt: Prompt) -> tuple[list[int], str]:

@@ -1,9 +1,10 @@
 """llama-server's completion request (`/completion`, `/completions`, `/v1/completions`) read into a raw prompt
 and `Runtime.complete_prompt`'s options.
 
-`prompt` is a string, a list of token ids, a list mixing strings and ids (one prompt), or a list of such
-prompts (several, answered in order). Sampling fields map to turnstile's (`n_predict` or `max_tokens`; -1:
-no limit; `seed` -1: random). `grammar` (GBNF), `json_schema` and `response_format` (`json_object` with or
+`prompt` is a string, a list of token ids, a list mixing strings and ids (one prompt), llama-server's JSON prompt
+`{"prompt_string": ...}` (no multimodal data), or a list of such prompts (several, answered in order).
+Sampling fields map to turnstile's (`n_predict` or `max_tokens`, the request's winning over the server's;
+-1: no limit; `seed` -1: random). `grammar` (GBNF), `json_schema` and `response_format` (`json_object` with or
 without a `schema`, or `json_schema`) constrain the reply. Fields that would change the reply and that
 turnstile does not do are refused with a 400 naming the field, never ignored; fields that change
 nothing in the reply (cache_prompt, id_slot, return_progress, timings_per_token, ...) are accepted.
@@ -45,12 +46,14 @@ def _is_int(v: Any) -> bool:
 def _prompts(value: Any) -> list[Prompt]:
     if isinstance(value, str):
         return [[value]]
+    if isinstance(value, dict) and isinstance(value.get("prompt_string"), str) and set(value) == {"prompt_string"}:
+        return [[value["prompt_string"]]]  # llama-server's JSON prompt, without multimodal data
     if isinstance(value, list) and value:
         if all(isinstance(p, str) or _is_int(p) for p in value):
             if all(isinstance(p, str) for p in value) and len(value) > 1:
                 return [[p] for p in value]  # several string prompts
             return [list(value)]
-        if all(isinstance(p, list | str) for p in value):
+        if all(isinstance(p, list | str | dict) for p in value):
             out: list[Prompt] = []
             for p in value:
                 out += _prompts(p)
@@ -136,9 +139,7 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
             raise ApiError.bad_request("'stop' must be a string or a list of strings", param="stop")
         if stops:
             opts["stop"] = stops
-    merged = {**defaults, **opts}
-    if "max_tokens" in defaults and "max_tokens" in opts:  # llama-server: the server's n_predict is a ceiling
-        merged["max_tokens"] = min(defaults["max_tokens"], opts["max_tokens"])
+    merged = {**defaults, **opts}  # the request's n_predict wins over the server's (llama-server's n_predict_max)
     merged.update(_constraint(body))
     for flag in ("stream", "return_tokens", "echo"):
         if flag in body and not isinstance(body[flag], bool):

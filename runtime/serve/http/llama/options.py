@@ -26,4 +26,6 @@ class LlamaOptions:
     cors_origins: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # --alias a,b,c: the model's names (its id is the first in sorted order)
     tags: tuple[str, ...] = ()  # --tags
+    embeddings: bool = False  # /embedding(s) and /v1/embeddings served (--embedding) or 501, as llama-server's
+    reranking: bool = False  # /rerank and its aliases served (--reranking: rank pooling) or 501
     metrics: bool = True  # GET /metrics served (--metrics, default) or 501 (--no-metrics, llama-server's default)

@@ -3,7 +3,7 @@
     GET  /props              the generation defaults, n_ctx, model path, chat template(s), BOS/EOS, build info
     POST /props              501 (llama-server answers so unless started with --props; turnstile has none)
     GET  /slots              the one slot (501 with --no-slots, as llama-server's)
-    POST /slots/{id}?action=save|restore|erase   501 unless --slot-save-path (llama-server's error shape)
+    POST /slots/{id}?action=save|restore|erase   the slot to/from a file (slot_actions.py; 501 without --slot-save-path)
     GET  /models, /v1/models the model, in llama-server's shape (OpenAI's `data` list plus its `models`)
     GET  /v1/health          as /health
 
@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama import slot_actions
 from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 from runtime.serve.http.state import ServeState
 
@@ -102,9 +103,7 @@ def routes(state: ServeState) -> list[Route]:
         return _json([{"id": 0, "n_ctx": rt.n_ctx, "is_processing": busy, "speculative": False}])
 
     async def slot_action(request: Request) -> Response:
-        if state.llama.slot_save_path is None:
-            return _error(not_supported("This server does not support slots action. Start it with `--slot-save-path`"))
-        return _error(not_supported("slot save/restore/erase are not available yet"))
+        return await slot_actions.slot_action(state, request)
 
     async def models(_request: Request) -> Response:
         rt = state.runtime
