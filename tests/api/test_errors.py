@@ -12,6 +12,7 @@ import pytest
 import caches
 import runtime
 import sessions
+import tests.support
 from runtime import errors
 from runtime.errors import (
     BadInput,
@@ -31,7 +32,7 @@ CATEGORIES = (BadInput, NotFound, Conflict, Busy, Unavailable, TimedOut, BadMode
 
 def _project_exceptions() -> list[type[BaseException]]:
     found: dict[str, type[BaseException]] = {}
-    for package in (runtime, caches, sessions):
+    for package in (runtime, caches, sessions, tests.support):  # the test harnesses' errors too
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             if info.name.endswith(".__main__"):  # runs the CLI when imported
                 continue
