@@ -19,7 +19,7 @@ import httpx2 as httpx
 from benchmarks._cli import check_binary, parser, progress, write
 from tests.support.llama_server import LlamaServer
 from tests.support.process import ServeProcess
-from tests.support.scripted_models import write_tool_caller
+from tests.support.scripted_bpe import write_recorded_caller
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / ".cache" / "recorded"
@@ -63,9 +63,7 @@ def main(argv: list[str]) -> None:
         meta = json.loads((d / "model.json").read_text())
         bodies = sorted(d.glob("0*.json"))
         with tempfile.TemporaryDirectory(prefix="agents-") as tmp:
-            model = write_tool_caller(
-                Path(tmp) / "m.gguf", call=meta["call"], answer=meta["answer"], n_ctx=meta["n_ctx"]
-            )
+            model = write_recorded_caller(Path(tmp) / "m.gguf", meta)  # byte-level or SmolLM2's BPE vocabulary
             serve = ("--model", model, "--threads", str(args.threads), "--ctx", str(meta["n_ctx"]))
             with ServeProcess(*serve, "--data-dir", Path(tmp) / "data") as srv:
                 rows += _replay(srv.url, bodies, "turnstile", d.name)

@@ -140,9 +140,9 @@ def test_codex_exec_writes_the_file_through_a_tool_round_trip(codex: Path, tmp_p
 
 def _bpe_server(tmp_path: Path, call: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """The scripted BPE model for `call`, and its `model.json` (`tokenizer`: which scripted model)."""
-    meta = {"call": json.dumps(call), "answer": "Done.", "n_ctx": BPE_CTX, "tokenizer": "smollm2"}
-    model = write_bpe_tool_caller(tmp_path / "caller.gguf", call=meta["call"], answer="Done.", n_ctx=BPE_CTX)
-    return model, meta
+    text = json.dumps(call)
+    model = write_bpe_tool_caller(tmp_path / "caller.gguf", call=text, answer="Done.", n_ctx=BPE_CTX)
+    return model, {"call": text, "answer": "Done.", "n_ctx": BPE_CTX, "tokenizer": "smollm2"}
 
 
 def test_claude_code_writes_the_file_through_a_tool_round_trip(claude: Path, tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_claude_code_writes_the_file_through_a_tool_round_trip(claude: Path, tmp
     home.mkdir()
     work.mkdir()
     text = "hello from claude"
-    call = {"name": "Write", "arguments": {"file_path": str(work / "notes.txt"), "content": text}}
+    call = {"name": "Write", "arguments": {"file_path": str(work / "notes.txt"), "content": text}}  # schema order
     model, meta = _bpe_server(tmp_path, call)
     with (
         ServeProcess("--model", model, "--threads", "1", "--ctx", str(BPE_CTX)) as srv,
@@ -188,7 +188,8 @@ def test_opencode_writes_the_file_through_a_tool_round_trip(opencode: tuple[Path
     work.mkdir()
     shutil.copytree(plugin, home / ".config" / "opencode")
     text = "hello from opencode"
-    call = {"name": "write", "arguments": {"filePath": str(work / "notes.txt"), "content": text}}
+    # the arguments in the schema's order (content, filePath): the tool grammar enforces it
+    call = {"name": "write", "arguments": {"content": text, "filePath": str(work / "notes.txt")}}
     model, meta = _bpe_server(tmp_path, call)
     with (
         ServeProcess("--model", model, "--threads", "1", "--ctx", str(BPE_CTX)) as srv,

