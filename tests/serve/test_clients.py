@@ -182,6 +182,11 @@ def test_claude_code_writes_the_file_through_a_tool_round_trip(claude: Path, tmp
     assert [r["tool_use_id"] for r in results] == [uses[0]["id"]]  # the tool's result went back to the model
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="OpenCode 1.18.33 runs offline and exits 0, but the scripted write call does not come back to it as a "
+    "tool call yet (2 requests, no tool round trip): open in issue 34",
+)
 def test_opencode_writes_the_file_through_a_tool_round_trip(opencode: tuple[Path, Path], tmp_path: Path) -> None:
     binary, plugin = opencode
     home, work = tmp_path / "opencode-home", tmp_path / "work"
@@ -222,6 +227,7 @@ def test_opencode_writes_the_file_through_a_tool_round_trip(opencode: tuple[Path
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + srv.stderr()[-3000:]
         bodies = [json.loads(p.read_bytes()) for p in rec.bodies()]
     _keep("opencode", tmp_path / "recorded", meta)
+    assert (work / "notes.txt").exists(), done.stdout[-2000:] + done.stderr[-2000:]
     assert (work / "notes.txt").read_text() == text
     assert "Done." in done.stdout
     turns = [b for b in bodies if b.get("tools")]  # the agent's turns (the title request offers no tools)
