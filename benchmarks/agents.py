@@ -31,6 +31,7 @@ from runtime.serve.http.responses import convert as responses
 from runtime.serve.http.responses.schema import ResponsesRequest
 from tests.support.llama_server import LlamaServer
 from tests.support.process import ServeProcess
+from tests.support.scripted_bpe import write_recorded_caller
 from tests.support.scripted_models import write_tool_caller
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,6 +191,8 @@ def _model(d: Path, meta: dict[str, Any], tmp: Path) -> Path:
     tool caller it describes (`call`, `answer`, `second_call`, `n_ctx`)."""
     if "gguf" in meta:
         return d / str(meta["gguf"])
+    if meta.get("tokenizer"):  # SmolLM2's BPE vocabulary (tests.support.scripted_bpe)
+        return write_recorded_caller(tmp / "m.gguf", meta)
     return write_tool_caller(
         tmp / "m.gguf", call=meta["call"], answer=meta["answer"], second_call=meta.get("second_call"),
         n_ctx=meta["n_ctx"],
