@@ -182,12 +182,6 @@ def test_claude_code_writes_the_file_through_a_tool_round_trip(claude: Path, tmp
     assert [r["tool_use_id"] for r in results] == [uses[0]["id"]]  # the tool's result went back to the model
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="OpenCode 1.18.33 ran offline and exited 0, but did not run the write call turnstile streamed to it "
-    "(2 requests, no tool round trip; a replay of its request gets the right call). Suspected: it took $PWD (the "
-    "test's, not the work dir) as its project, so the write was outside it; PWD is now set, not yet re-run",
-)
 def test_opencode_writes_the_file_through_a_tool_round_trip(opencode: tuple[Path, Path], tmp_path: Path) -> None:
     binary, plugin = opencode
     home, work = tmp_path / "opencode-home", tmp_path / "work"
