@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from runtime.backend.protocol import SlotRequest
 from runtime.llama.engine import Engine
 from runtime.reasoning import Budget, utf8_complete
+from runtime.reply import ProbText, TokenProb
 from runtime.slot.detok import IncrementalText
 from runtime.slot.ngram import Drafter
 from runtime.slot.stops import StopMatcher
@@ -44,6 +45,7 @@ class Decoded:
     tokens: list[int] = field(default_factory=list)  # every emitted token
     text: str = ""  # the reply's text, cut at a stop string
     stopped_by: str | None = None  # the stop string that ended it
+    probs: list[TokenProb] = field(default_factory=list)  # each token's probabilities (`Sampling.n_probs` > 0)
     draft_n: int = 0  # tokens drafted (llama-server's draft_n)
     draft_n_accepted: int = 0
     steps: int = 0  # decode batches run
@@ -74,7 +76,11 @@ def generate(
     generated = out.tokens
     s = req.sampling
 
-    def emit(tok: int) -> FinishReason | None:
+    n_probs = s.n_probs
+
+    def emit(tok: int, idx: int = -1) -> FinishReason | None:
+        """Hand on token `tok`, sampled at output `idx` (its logits still current: its probabilities are read)."""
+        probs = sampler.probs(idx, tok, n_probs, special=preserved) if n_probs else None
         generated.append(tok)
         if out.t_first is None:
             out.t_first = time.perf_counter() - t0
@@ -90,7 +96,12 @@ def generate(
         elif len(tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
             finish = "length"
             text += stops.feed(detok.flush(), final=True)
-        if text and req.on_piece is not None:
+        if probs is not None and not detok.pending:  # llama-server leaves out a token that ends inside a character
+            entry = TokenProb(tok, text, raw, probs[0], tuple(probs[1]))
+            out.probs.append(entry)
+            if req.on_piece is not None:
+                req.on_piece(ProbText(text, (entry,)))  # one piece per token, as llama-server streams them
+        elif text and req.on_piece is not None:
             req.on_piece(text)
         return finish
 
@@ -114,7 +125,7 @@ def generate(
             t = sampler.sample(i)  # the logits of batch position i predict drafted token i
             if t != d:
                 return i, t, None
-            finish = emit(d)
+            finish = emit(d, i)
             if finish is not None:
                 return i + 1, None, finish
             enter(d)
@@ -137,9 +148,9 @@ def generate(
                 sampler.accept(t)
         if req.cancel():
             return done("cancelled")
-        tok = pick()
+        tok, at = pick(), -1
         while True:
-            finish = emit(tok)
+            finish = emit(tok, at)
             if finish is not None:
                 return done(finish)
             draft: list[int] = []
@@ -152,6 +163,7 @@ def generate(
             out.steps += 1
             enter(tok)
             nxt: int | None = None
+            at = len(draft) if draft else -1
             if drafter is not None and draft:
                 accepted, nxt, finish = verify(draft)
                 drafter.accepted_n(len(draft), accepted)
@@ -159,10 +171,11 @@ def generate(
                     return done(finish)
                 if accepted < len(draft):
                     eng.seq_rm(len(tokens), -1)
+                    at = accepted  # the refused draft token's position gave the next token
             if nxt is None:
                 if req.cancel():
                     return done("cancelled")
-                nxt = pick(len(draft) if draft else -1)
+                nxt = pick(at)
             tok = nxt
 
 

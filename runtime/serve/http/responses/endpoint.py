@@ -265,7 +265,7 @@ class ResponsesApi:
         length = reply.finish_reason == "length"
         final["status"] = "incomplete" if length else "completed"
         final["incomplete_details"] = {"reason": "max_output_tokens"} if length else None
-        final["output"] = rc.output_items(reply)
+        final["output"] = rc.output_items(reply, plan.turn.top_logprobs)
         reasoning = len(await rt.tokenize(reply.reasoning)) if reply.reasoning else 0
         final["usage"] = rc.usage(reply, reasoning)
         return final
@@ -301,7 +301,11 @@ class ResponsesApi:
 
         async with contextlib.aclosing(items):  # pieces: reasoning, answer text, or a piece of a function call
             await relay(
-                items, send, lambda: EventWriter(plan.response(self.state.model)), end, opening=EventWriter.start
+                items,
+                send,
+                lambda: EventWriter(plan.response(self.state.model), plan.turn.top_logprobs),
+                end,
+                opening=EventWriter.start,
             )
 
 

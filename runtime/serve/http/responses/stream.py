@@ -26,7 +26,7 @@ import msgspec
 
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
-from runtime.reply import Started, ToolCallDelta
+from runtime.reply import ProbText, Started, ToolCallDelta
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.responses import convert as rc
 
@@ -40,7 +40,8 @@ _encoder = msgspec.json.Encoder()
 class EventWriter:
     """The events of one streamed response. `output` holds the items announced, by output index."""
 
-    def __init__(self, response: dict[str, Any]) -> None:
+    def __init__(self, response: dict[str, Any], top_logprobs: int | None = None) -> None:
+        self.top = top_logprobs  # logprobs asked: alternatives per token (None: not asked)
         self.response = response  # the response object in progress (status, output filled in at the end)
         self.seq = 0
         self.output: list[dict[str, Any]] = []
@@ -82,8 +83,9 @@ class EventWriter:
             return out + self.event(
                 "response.reasoning_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text
             )
+        probs = rc.logprobs(piece.probs, self.top) if isinstance(piece, ProbText) else []
         return out + self.event(
-            "response.output_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text, logprobs=[]
+            "response.output_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text, logprobs=probs
         )
 
     def _call(self, piece: ToolCallDelta) -> bytes:
