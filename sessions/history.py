@@ -27,9 +27,8 @@ assistant message with tool calls may have `content: null`.
 
 from __future__ import annotations
 
-import math
-
 import copy
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any

@@ -101,7 +101,5 @@ def coerce(name: str, value: Any) -> Any:
     if name in ("dry_sequence_breakers", "samplers") and isinstance(value, list):
         return tuple(value)
     if name == "logit_bias" and isinstance(value, list | tuple):
-        return tuple(
-            (p[0], _bias(p[1])) if isinstance(p, list | tuple) and len(p) == 2 else p for p in value
-        )
+        return tuple((p[0], _bias(p[1])) if isinstance(p, list | tuple) and len(p) == 2 else p for p in value)
     return value
