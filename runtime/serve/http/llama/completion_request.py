@@ -18,6 +18,7 @@ from typing import Any
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.llama.fields import refuse_unsupported
 from runtime.serve.http.llama.sampler_fields import sampler_options
+from sessions.sampler_settings import MAX_N_PROBS
 
 __all__ = ["CompletionCall", "parse"]
 
@@ -151,8 +152,11 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
     elif limit is not None and limit < -1:
         raise ApiError.bad_request("'n_predict' must be -1 (no limit) or a number of tokens", param="n_predict")
     opts.update(sampler_options(body))
-    n_probs = _number(body, "n_probs" if "n_probs" in body else "logprobs", int)
-    if n_probs is not None and n_probs > 0:
+    probs_field = "n_probs" if "n_probs" in body else "logprobs"
+    n_probs = _number(body, probs_field, int)
+    if n_probs is not None and not 0 <= n_probs <= MAX_N_PROBS:
+        raise ApiError.bad_request(f"{probs_field!r} must be in [0, {MAX_N_PROBS}]", param=probs_field)
+    if n_probs:
         opts["n_probs"] = n_probs
     if "ignore_eos" in body:
         if not isinstance(body["ignore_eos"], bool):

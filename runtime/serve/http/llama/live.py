@@ -30,11 +30,13 @@ class TokenClock:
         self.cached = 0
         self.t_first: float | None = None
         self.predicted = 0
+        self.report: Progress | None = None  # the last prefill report before the first token
 
     def start(self, item: Started) -> None:
-        """The slot took the turn (its prompt and cached tokens)."""
+        """The slot took the turn (its prompt and cached tokens), or a prefill report came."""
         if self.predicted == 0 and self.t_first is None:
             self.prompt_tokens, self.cached = item.prompt_tokens, item.cached_tokens
+            self.report = item if isinstance(item, Progress) else None
 
     def piece(self, item: str) -> None:
         """A generated piece: its tokens (one, or the tokens whose probabilities it carries)."""
@@ -43,11 +45,14 @@ class TokenClock:
         self.predicted += max(1, len(item.probs)) if isinstance(item, ProbText) else 1
 
     def timings(self) -> dict[str, Any]:
-        """llama-server's `timings` so far."""
+        """llama-server's `timings` so far (during the prefill: the tokens prefilled so far, none predicted)."""
         now = time.perf_counter()
         first = self.t_first if self.t_first is not None else now
         prompt_n = max(0, self.prompt_tokens - self.cached)
         prompt_ms, predicted_ms = (first - self.t0) * 1000, (now - first) * 1000
+        if self.t_first is None and self.report is not None:
+            prompt_n = self.report.processed - self.report.cached_tokens
+            prompt_ms = self.report.seconds * 1000 if prompt_n else 0.0
         return {
             "cache_n": self.cached,
             "prompt_n": prompt_n,

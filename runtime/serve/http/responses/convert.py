@@ -60,6 +60,8 @@ class Turn:
     items: list[dict[str, Any]]  # the input items as stored and listed (each with an id)
     kwargs: dict[str, Any] = field(default_factory=dict)
     top_logprobs: int | None = None  # logprobs asked (`include` or `top_logprobs`): alternatives per token
+    timings_per_token: bool = False  # llama-server's, on a stream
+    return_progress: bool = False
 
 
 LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for the output text's logprobs
@@ -241,7 +243,15 @@ def parse(req: ResponsesRequest) -> Turn:
     if top is not None:
         kw["n_probs"] = max(1, top)
     stored = [_stored(item) for item in items]
-    return Turn(system=system, messages=messages, items=stored, kwargs=kw, top_logprobs=top)
+    return Turn(
+        system=system,
+        messages=messages,
+        items=stored,
+        kwargs=kw,
+        top_logprobs=top,
+        timings_per_token=req.timings_per_token,
+        return_progress=req.return_progress,
+    )
 
 
 def _top_logprobs(req: ResponsesRequest) -> int | None:

@@ -33,6 +33,7 @@ from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Scope, Send
+from runtime.serve.http.chat.convert import timings
 from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.event_stream import relay
@@ -290,12 +291,15 @@ class ResponsesApi:
     async def _stream(self, rt: Runtime, plan: _Plan, send: Send) -> None:
         items = cast(
             AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
-            rt.complete_stream_started(plan.messages(), **self._kwargs(plan)),
+            rt.complete_stream_started(
+                plan.messages(), prefill_progress=plan.turn.return_progress, **self._kwargs(plan)
+            ),
         )
+        live = plan.turn.timings_per_token or plan.turn.return_progress
 
         async def end(writer: EventWriter, reply: Reply) -> bytes:
             final = await self._finish(rt, plan, reply)
-            last = writer.end(final)  # the output as streamed (its item ids)
+            last = writer.end(final, timings(reply) if live else None)  # the output as streamed (its item ids)
             await self._keep(plan, final)
             return last
 
@@ -303,9 +307,10 @@ class ResponsesApi:
             await relay(
                 items,
                 send,
-                lambda: EventWriter(plan.response(self.state.model), plan.turn.top_logprobs),
+                lambda: EventWriter(plan.response(self.state.model), plan.turn.top_logprobs, live=live),
                 end,
                 opening=EventWriter.start,
+                progress=EventWriter.progress if plan.turn.return_progress else None,
             )
 
 
