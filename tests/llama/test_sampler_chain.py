@@ -42,6 +42,7 @@ def run(eng: Engine, sampling: Sampling, n: int = 12) -> list[int]:
 
 @pytest.fixture(scope="module")
 def eng(smollm2_path: Path) -> Iterator[Engine]:
+    """SmolLM2 on one thread and a small context (the conftest `smollm2` engine takes the default threads)."""
     engine = Engine(smollm2_path, EngineConfig(n_ctx=512, n_threads=1))
     yield engine
     engine.close()

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.oracle import llama_server_binary
-from runtime.testing.process import ServeProcess
+from tests.support.llama_server import LlamaServer
+from tests.support.oracle import llama_server_binary
+from tests.support.process import ServeProcess
 
 pytestmark = [pytest.mark.oracle]
 
