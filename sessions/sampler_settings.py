@@ -35,7 +35,7 @@ _INTS = {
     "min_keep": (0, 1 << 20),
     "mirostat": (0, 2),
     "dry_allowed_length": (0, 1 << 30),
-    "dry_penalty_last_n": (-1, 1 << 30),
+    "dry_penalty_last_n": (0, 1 << 30),
     "n_probs": (0, MAX_N_PROBS),
 }
 NAMES = frozenset({*_FLOATS, *_INTS, "dry_sequence_breakers", "samplers", "logit_bias", "post_sampling_probs"})

@@ -131,9 +131,14 @@ def _stage(engine: Engine, sp: Sampling, name: str, seed: int) -> Any:
             return None
         breakers = [b.encode("utf-8") for b in sp.dry_sequence_breakers]
         c_breakers = (ctypes.c_char_p * len(breakers))(*breakers)
-        last_n = engine.n_ctx if sp.dry_penalty_last_n < 0 else sp.dry_penalty_last_n  # llama-server: -1 is n_ctx
         return llama_cpp.llama_sampler_init_dry(
-            engine.vocab, sp.dry_multiplier, sp.dry_base, sp.dry_allowed_length, last_n, c_breakers, len(breakers)
+            engine.vocab,
+            sp.dry_multiplier,
+            sp.dry_base,
+            sp.dry_allowed_length,
+            sp.dry_penalty_last_n,
+            c_breakers,
+            len(breakers),
         )
     if name == "top_n_sigma":
         return llama_cpp.llama_sampler_init_top_n_sigma(sp.top_n_sigma) if sp.top_n_sigma > 0 else None

@@ -32,6 +32,7 @@ from runtime.slot.detok import IncrementalText
 from runtime.slot.ngram import Drafter
 from runtime.slot.stops import StopMatcher
 from runtime.types import FinishReason
+from sessions import Sampling
 
 __all__ = ["Decoded", "budget_for", "generate", "preserved_tokens"]
 
@@ -141,10 +142,9 @@ def generate(
         return sampler.sample(idx, grammar=not (lazy and budget is not None and budget.in_block))
 
     with eng.sampler(s, req.grammar) as sampler:
-        if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
-            # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
-            window = tokens if s.repeat_last_n < 0 else tokens[-s.repeat_last_n :] if s.repeat_last_n else []
-            for t in window:
+        seen = prompt_window(s, len(tokens))
+        if seen:  # llama-server feeds the prompt to the sampler first: penalties and DRY see its last tokens
+            for t in tokens[-seen:]:
                 sampler.accept(t)
         if req.cancel():
             return done("cancelled")
@@ -177,6 +177,17 @@ def generate(
                     return done("cancelled")
                 nxt = pick(at)
             tok = nxt
+
+
+def prompt_window(s: Sampling, n_prompt: int) -> int:
+    """How many of the prompt's last tokens the sampler must see before decoding: the penalties' window and
+    DRY's (0: neither is on, the prompt changes nothing; -1: the whole prompt)."""
+    windows = [0]
+    if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+        windows.append(n_prompt if s.repeat_last_n < 0 else s.repeat_last_n)
+    if s.dry_multiplier != 0 and s.mirostat == 0:
+        windows.append(s.dry_penalty_last_n)
+    return min(max(windows), n_prompt)
 
 
 def budget_for(eng: Engine, req: SlotRequest) -> Budget | None:

@@ -38,7 +38,7 @@ _REPORTED = (
     ("dry_multiplier", 0.0),
     ("dry_base", 1.75),
     ("dry_allowed_length", 2),
-    ("dry_penalty_last_n", -1),
+    ("dry_penalty_last_n", 64),
     ("xtc_probability", 0.0),
     ("xtc_threshold", 0.1),
     ("dynatemp_range", 0.0),
