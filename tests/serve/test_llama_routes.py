@@ -2,7 +2,8 @@
 preflights answered before the key check, /completion and /v1/completions shapes (plain and streamed),
 llama-server's sampler fields accepted and the values turnstile cannot honour refused with a 400 naming them,
 /props /slots /models /v1/health, the un-prefixed OpenAI paths, and the thinking-off generation prompt of
-/apply-template. The same routes on a real model, against llama-server, are in tests/serve/test_llama_completion_oracle.py."""
+/apply-template. The same routes on a real model, against llama-server, are in
+tests/serve/test_llama_completion_oracle.py."""
 
 from __future__ import annotations
 
