@@ -116,8 +116,32 @@ def _same_probs(got: list[dict[str, Any]], want: list[dict[str, Any]], where: st
             assert math.isclose(gc[key], wc[key], abs_tol=TOL), f"{where} token {i}: {gc} != {wc}"
 
 
+PROGRESS = {
+    "prompt": "This is a test. " * 12,
+    "n_predict": 4,
+    "temperature": 0,
+    "stream": True,
+    "return_progress": True,
+    "timings_per_token": True,
+}
+
+
+def _progress(url: str) -> Any:
+    """A streamed /completion's prompt-progress reports, which events carry timings, and their keys."""
+    events = _post(url + "/completion", PROGRESS)
+    reports = [
+        (e["prompt_progress"]["total"], e["prompt_progress"]["cache"], e["prompt_progress"]["processed"])
+        for e in events
+        if "prompt_progress" in e
+    ]
+    timed = ["timings" in e for e in events]
+    keys = set().union(*(e["timings"] for e in events if "timings" in e))
+    first = next(e["timings"] for e in events if "prompt_progress" in e)
+    return reports, timed, keys, (first["prompt_n"], first["predicted_n"])
+
+
 def _play(url: str) -> list[Any]:
-    return [_probs_of(path, _post(url + path, body)) for path, body in REQUESTS]
+    return [*(_probs_of(path, _post(url + path, body)) for path, body in REQUESTS), _progress(url)]
 
 
 def test_probabilities_bias_and_samplers_match_llama_server(smollm2_path: Path) -> None:
@@ -126,6 +150,9 @@ def test_probabilities_bias_and_samplers_match_llama_server(smollm2_path: Path) 
     args = ["--model", smollm2_path, "--ctx", N_CTX, "--threads", THREADS, "--cache-ram", 0]
     with ServeProcess(*map(str, args)) as ts:
         got = _play(ts.url)
+    (w_reports, w_timed, w_keys, w_first), (g_reports, g_timed, g_keys, g_first) = want.pop(), got.pop()
+    assert g_reports == w_reports and len(w_reports) >= 2  # the cached tokens, then each n_batch chunk
+    assert g_timed == w_timed and w_keys <= g_keys and g_first == w_first == (0, 0)
     for (path, body), w, g in zip(REQUESTS, want, got, strict=True):
         where = f"{path} {json.dumps(body)}"
         assert "status" not in w, f"llama-server refused {where}: {w}"
