@@ -102,7 +102,7 @@ class ProbText(str):
 
     probs: tuple[TokenProb, ...] = ()
 
-    def __new__(cls, text: str, probs: tuple[TokenProb, ...]) -> ProbText:
+    def __new__(cls, text: str, probs: tuple[TokenProb, ...] = ()) -> ProbText:
         out = super().__new__(cls, text)
         out.probs = probs
         return out
