@@ -19,6 +19,7 @@ class ModelInfo:
     chat_template_tool_use: str | None
     bos_token: str
     eos_token: str
+    eog_tokens: tuple[int, ...] = ()  # the end-of-generation token ids (what ignore_eos bans)
 
 
 def model_info(backend: Any) -> ModelInfo:
@@ -39,4 +40,5 @@ def model_info(backend: Any) -> ModelInfo:
         chat_template_tool_use=tool_use if tool_use and tool_use != default else None,
         bos_token=engine.token_text(engine.bos_token) if engine is not None and engine.bos_token != -1 else "",
         eos_token=engine.token_text(engine.eos_token) if engine is not None and engine.eos_token != -1 else "",
+        eog_tokens=tuple(engine.eog_tokens()) if engine is not None else (),
     )

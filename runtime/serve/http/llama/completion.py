@@ -33,7 +33,7 @@ from runtime.serve.http.llama.completion_request import CompletionCall, Prompt, 
 from runtime.serve.http.llama.live import TokenClock, progress_json
 from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 from runtime.serve.http.llama.probs import probs_json, trim_stop
-from runtime.serve.http.llama.sampler_fields import logit_bias
+from runtime.serve.http.llama.sampler_fields import logit_bias, reported_bias
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.watch import Phase, run_watched
 
@@ -74,6 +74,8 @@ class CompletionEndpoint:
             rt = self.state.require()
             if call.logit_bias is not None:
                 call.options["logit_bias"] = await logit_bias(rt, call.logit_bias)
+            eog = rt.model_info().eog_tokens if call.options.get("ignore_eos") else ()
+            call.settings["logit_bias"] = reported_bias(call.options, eog)
             prompts = [await _tokens(rt, p) for p in call.prompts]
         except ClientGone:
             return

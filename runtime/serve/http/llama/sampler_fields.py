@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime.api import Runtime
 from runtime.serve.http.errors import ApiError
 from sessions.sampler_settings import CHAIN_NAMES, coerce, sampler_problem
 
-__all__ = ["FIELDS", "logit_bias", "sampler_options"]
+__all__ = ["FIELDS", "logit_bias", "reported_bias", "sampler_options"]
 
 FIELDS = (
     "typical_p",
@@ -136,3 +136,12 @@ async def logit_bias(rt: Runtime, value: Any) -> list[tuple[int, float]]:
     except Exception as e:
         raise ApiError.bad_request(f"logit_bias: {e}", param="logit_bias") from None
     return out
+
+
+def reported_bias(options: Mapping[str, Any], eog: Sequence[int]) -> list[dict[str, Any]]:
+    """`generation_settings.logit_bias` as llama-server reports it: the request's biases, then with `ignore_eos`
+    each end-of-generation token's; a ban's bias is null (JSON has no -inf)."""
+    pairs = list(options.get("logit_bias", ()))
+    if options.get("ignore_eos"):
+        pairs += [(t, -math.inf) for t in eog]
+    return [{"bias": None if b == -math.inf else b, "token": t} for t, b in pairs]
