@@ -281,3 +281,11 @@ async def test_metrics_with_llama_server_names_and_switchable() -> None:
     async with served(metrics=False) as c:
         r = await c.get("/metrics", headers=AUTH)
         assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+
+
+async def test_generation_settings_report_the_logit_bias_as_llama_server() -> None:
+    async with served() as c:
+        body = {"prompt": [5], "logit_bias": [[5, False], [6, 1.5]], "n_probs": 2, "typical_p": 0.5}
+        settings = (await c.post("/completion", json=body, headers=AUTH)).json()["generation_settings"]
+        assert settings["logit_bias"] == [{"bias": None, "token": 5}, {"bias": 1.5, "token": 6}]
+        assert (settings["n_probs"], settings["typical_p"]) == (2, 0.5)
