@@ -313,6 +313,10 @@ class Sampler:
         if self._post:
             arr = self._arr
             cand = self._cur[: arr.size]
+            at = ctypes.cast(arr.data, ctypes.c_void_p).value
+            if at != self._cur.ctypes.data:  # a sampler moved the candidates: read them where they are
+                raw = ctypes.string_at(at, arr.size * _TOKEN_DATA.itemsize)
+                cand = np.frombuffer(raw, dtype=_TOKEN_DATA)
             order = np.argsort(-cand["p"], kind="stable")
             ids, ps = cand["id"][order], cand["p"][order]
             hit = np.nonzero(ids == token)[0]
