@@ -314,7 +314,7 @@ class Sampler:
             arr = self._arr
             cand = self._cur[: arr.size]
             at = ctypes.cast(arr.data, ctypes.c_void_p).value
-            if at != self._cur.ctypes.data:  # a sampler moved the candidates: read them where they are
+            if at is not None and at != self._cur.ctypes.data:  # a sampler moved the candidates: read them there
                 raw = ctypes.string_at(at, arr.size * _TOKEN_DATA.itemsize)
                 cand = np.frombuffer(raw, dtype=_TOKEN_DATA)
             order = np.argsort(-cand["p"], kind="stable")
