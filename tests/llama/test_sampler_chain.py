@@ -26,13 +26,16 @@ from sessions.model import Session
 PROMPT = "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
 
 
-def run(eng: Engine, sampling: Sampling, n: int = 12) -> list[int]:
-    """`n` tokens sampled with `sampling` after PROMPT (the chain sees each generated token)."""
-    prompt = eng.tokenize(PROMPT)
+def run(eng: Engine, sampling: Sampling, n: int = 12, text: str = PROMPT) -> list[int]:
+    """`n` tokens sampled with `sampling` after `text` (the chain sees the prompt, as the slot feeds it for the
+    penalties and DRY, and each generated token)."""
+    prompt = eng.tokenize(text)
     eng.clear()
     eng.decode(prompt, 0)
     out: list[int] = []
     with eng.sampler(sampling) as s:
+        for t in prompt:
+            s.accept(t)
         for i in range(n):
             tok = s.sample()
             out.append(tok)
@@ -63,7 +66,6 @@ def test_a_banned_token_never_comes_and_a_bias_changes_the_greedy_run(eng: Engin
         {"typical_p": 0.5},
         {"mirostat": 1, "mirostat_tau": 3.0},
         {"mirostat": 2, "mirostat_eta": 0.2},
-        {"dry_multiplier": 0.8, "dry_allowed_length": 1},
         {"xtc_probability": 1.0, "xtc_threshold": 0.01},
         {"dynatemp_range": 0.7},
         {"top_n_sigma": 0.5},
@@ -79,6 +81,13 @@ def test_each_sampler_field_is_in_the_chain_and_a_seed_repeats_it(eng: Engine, f
     if fields != {"samplers": ("temperature", "top_k")}:  # an order of no-op samplers changes nothing
         assert got != run(eng, base), f"{fields} changed nothing"
     assert not greedy(sp.with_overrides(temperature=0.0)) or "samplers" in fields or "min_keep" in fields
+
+
+def test_dry_breaks_a_repetition(eng: Engine) -> None:
+    text = "1 2 3 4 1 2 3 4 1 2 3 4 1 2 3"
+    plain = eng.detokenize(run(eng, Sampling(temperature=0.0), 4, text))
+    dry = Sampling(temperature=0.0, dry_multiplier=2.0, dry_allowed_length=2, seed=1)
+    assert plain.startswith(" 4") and not eng.detokenize(run(eng, dry, 4, text)).startswith(" 4")
 
 
 def test_probabilities_are_the_softmax_of_the_logits(eng: Engine) -> None:

