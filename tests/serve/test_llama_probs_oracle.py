@@ -1,8 +1,9 @@
 """Token probabilities, logit bias and llama-server's sampler fields on SmolLM2: turnstile's answers equal
 llama-server's for the same requests. `n_probs` / `post_sampling_probs` on /completion, `logprobs` on
 /v1/completions, `logprobs` / `top_logprobs` on chat completions, streamed and not: token ids and texts
-exactly, probabilities to 2e-3 (two builds of llama.cpp); `logit_bias` (a biased greedy run, a ban); and seeded runs through the other
-samplers (typical, Mirostat 1 and 2, DRY, XTC, dynamic temperature, top-n-sigma, a changed order).
+exactly, probabilities to 2e-3 (two builds of llama.cpp); `logit_bias` (a biased greedy run, a ban); seeded
+runs through the other samplers (typical, Mirostat 1 and 2, DRY, XTC, dynamic temperature, top-n-sigma, a
+changed order); and `return_progress` / `timings_per_token` reports.
 
 Runs only when TURNSTILE_LLAMA_SERVER names a llama-server binary (the oracle gate in tests/conftest.py).
 """
