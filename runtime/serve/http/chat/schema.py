@@ -208,7 +208,7 @@ class ToolCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
-    content: str | None = None
+    content: str | msgspec.UnsetType | None = msgspec.UNSET  # None: `"content": null` (the role-only chunk)
     reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 

@@ -76,7 +76,7 @@ class ChunkWriter:
             return b""
         if self.clock is not None:
             self.clock.start(item)
-        return self._chunk(Delta(role="assistant"), progress=progress_json(item))
+        return self._chunk(Delta(role="assistant", content=None), progress=progress_json(item))
 
     def opening(self, started: Started | None = None) -> bytes:
         """The first event: the assistant role and nothing else (whether or not the slot announced the turn
@@ -84,7 +84,7 @@ class ChunkWriter:
         self._role_sent = True
         if started is not None and self.clock is not None:
             self.clock.start(started)
-        return self._chunk(Delta(role="assistant"))
+        return self._chunk(Delta(role="assistant", content=None))
 
     def _role(self) -> str | None:
         if self._role_sent:

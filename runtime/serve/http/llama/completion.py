@@ -51,6 +51,11 @@ def _stop_type(reply: Reply) -> str:
     return "word" if reply.stop_sequence else "eos"
 
 
+def _numbers(values: dict[str, Any]) -> dict[str, Any]:
+    """llama-server's `timings` are numbers: turnstile's `cache_source` (and a ttft not measured) stay out here."""
+    return {k: v for k, v in values.items() if isinstance(v, int | float)}
+
+
 def _finish(reply: Reply) -> str:
     return "length" if reply.finish_reason == "length" else "stop"
 
@@ -134,7 +139,7 @@ class CompletionEndpoint:
             "stop_type": _stop_type(reply),
             "stopping_word": reply.stop_sequence or "",
             "tokens_cached": u.prompt_tokens + u.generated_tokens,
-            "timings": timings(reply),
+            "timings": _numbers(timings(reply)),
             **self._probs(call, reply.probs, "completion_probabilities", stream=call.stream),
         }
 
@@ -169,7 +174,7 @@ class CompletionEndpoint:
                 "total_tokens": prompt_n + gen_n,
                 "prompt_tokens_details": {"cached_tokens": cached},
             },
-            "timings": timings(replies[-1][0]),
+            "timings": _numbers(timings(replies[-1][0])),
         }
 
     def _id(self) -> str:
