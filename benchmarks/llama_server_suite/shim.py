@@ -54,6 +54,8 @@ ACCEPTED: dict[str, tuple[bool, str]] = {
         False,
         "sampling on the compute device; turnstile samples on the CPU, as llama-server without it",
     ),
+    "--backend_sampling": (False, "as --backend-sampling (llama.cpp's parser takes either spelling; the suite's)"),
+    "-bs": (False, "as --backend-sampling"),
 }
 
 _VALUE_FLAGS_LLAMA = frozenset({"--hf-repo", "-hf", "-hfr", "--hf-file", "-hff", "--model-url", "-mu", "--model", "-m"})
