@@ -38,7 +38,7 @@ from runtime.loop.stream import Piece, Pieces, follow
 from runtime.loop.turns import Turn, TurnRunner, predicted_cost
 from runtime.model_info import ModelInfo, model_info
 from runtime.reasoning.formats import thinking_off_prefill
-from runtime.reply import Reply, Started
+from runtime.reply import Progress, Reply, Started
 from runtime.types import RequestKind
 from sessions import DiskStore, MemoryStore, Session
 from sessions.store import SessionStore
@@ -372,11 +372,13 @@ class Runtime(SessionOps):
         *,
         session_id: str | None = None,
         namespace: str = "",
+        prefill_progress: bool = False,
         **options: Unpack[TurnOptions],
     ) -> AsyncIterator[Piece | Started | Reply]:
         """`complete_stream` with a `Started` first, as soon as the slot starts the turn (before its prefill):
-        what a server needs to answer before a long prefill ends."""
-        return self._complete_stream(messages, session_id, True, options, namespace)
+        what a server needs to answer before a long prefill ends; with `prefill_progress`, `Progress` reports
+        of the prefill after it (llama-server's return_progress)."""
+        return self._complete_stream(messages, session_id, True, options, namespace, prefill_progress)
 
     async def _complete_stream(
         self,
@@ -385,8 +387,9 @@ class Runtime(SessionOps):
         progress: bool,
         options: TurnOptions,
         namespace: str = "",
+        prefill: bool = False,
     ) -> AsyncIterator[Piece | Started | Reply]:
-        opts, pieces = self._options(options), Pieces(progress=progress)
+        opts, pieces = self._options(options), Pieces(progress=progress, prefill=prefill)
         job = self._submit_complete(messages, session_id, opts, pieces, namespace)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
             yield item
@@ -400,13 +403,14 @@ class Runtime(SessionOps):
         return await self.scheduler.wait(job, opts.timeout)
 
     async def complete_prompt_stream(
-        self, prompt: Sequence[int], **options: Unpack[TurnOptions]
-    ) -> AsyncIterator[Piece | Reply]:
-        """`complete_prompt`, streamed: the pieces, then the Reply."""
-        opts, pieces = self._options(options), Pieces()
+        self, prompt: Sequence[int], *, progress: bool = False, **options: Unpack[TurnOptions]
+    ) -> AsyncIterator[Piece | Progress | Reply]:
+        """`complete_prompt`, streamed: the pieces, then the Reply; with `progress`, the prefill's `Progress`
+        reports first (llama-server's return_progress: the cached tokens, then one per n_batch chunk)."""
+        opts, pieces = self._options(options), Pieces(prefill=progress)
         job = self._submit_prompt(prompt, opts, pieces)
         async for item in follow(self.scheduler, job, pieces, opts.timeout):
-            if not isinstance(item, Started):  # only a stream asked for with progress=True announces its start
+            if isinstance(item, Progress) or not isinstance(item, Started):
                 yield item
 
     def model_info(self) -> ModelInfo:

@@ -30,6 +30,7 @@ class ModelInfo:
     sep_id: int = -1
     add_eos: bool = False
     add_sep: bool = False
+    eog_tokens: tuple[int, ...] = ()  # the end-of-generation token ids (what ignore_eos bans)
 
 
 def model_info(backend: Any) -> ModelInfo:
@@ -51,6 +52,7 @@ def model_info(backend: Any) -> ModelInfo:
         bos_token=engine.token_text(engine.bos_token) if engine is not None and engine.bos_token != -1 else "",
         eos_token=engine.token_text(engine.eos_token) if engine is not None and engine.eos_token != -1 else "",
         **(_vocab_info(engine) if engine is not None else {}),
+        eog_tokens=tuple(engine.eog_tokens()) if engine is not None else (),
     )
 
 

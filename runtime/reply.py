@@ -59,12 +59,53 @@ class Started(msgspec.Struct, frozen=True):
     cached_tokens: int
 
 
+class Progress(Started, frozen=True):
+    """How far the prefill is (llama-server's `prompt_progress`): `processed` of the prompt's tokens are in the
+    slot (the cached ones first, then one report per n_batch chunk), `seconds` since the slot started the turn.
+    Only a stream asked for with prefill progress yields it (a `Started`, so a relay that does not want it skips it)."""
+
+    processed: int = 0
+    seconds: float = 0.0
+
+
 class Step(msgspec.Struct, frozen=True):
     """One tool call of an agent run and the result that went back to the model."""
 
     call: ToolCall
     result: str
     error: bool = False  # the function raised; `result` is its error text
+
+
+class Candidate(msgspec.Struct, frozen=True):
+    """One of the most probable tokens at a generated position: its id, bytes and probability."""
+
+    token: int
+    piece: bytes  # the token's bytes (special tokens as text only when the reply shows them)
+    p: float
+
+
+class TokenProb(msgspec.Struct, frozen=True):
+    """A generated token with its probability and the `n_probs` most probable tokens at its position
+    (`Sampling.n_probs`): the model's softmax, or after the sampler chain with `post_sampling_probs`.
+    `text` is what the token added to the reply as llama-server counts it (empty while a stop string may begin,
+    the held text then comes with the token that releases it; an end-of-generation token adds nothing)."""
+
+    token: int
+    text: str
+    piece: bytes
+    p: float
+    top: tuple[Candidate, ...]
+
+
+class ProbText(str):
+    """A streamed piece of text with the probabilities of the tokens that made it (`Sampling.n_probs`)."""
+
+    probs: tuple[TokenProb, ...] = ()
+
+    def __new__(cls, text: str, probs: tuple[TokenProb, ...] = ()) -> ProbText:
+        out = super().__new__(cls, text)
+        out.probs = probs
+        return out
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -84,3 +125,4 @@ class Reply(msgspec.Struct, frozen=True):
     reasoning: str = ""  # the reasoning ("thinking") before the answer; "" when none
     stop_sequence: str | None = None  # the stop string that ended the reply (finish "stop"); None: EOS or other
     tokens: tuple[int, ...] = ()  # `Runtime.complete_prompt`: the generated token ids (empty for other turns)
+    probs: tuple[TokenProb, ...] = ()  # each generated token's probabilities, when the turn asked (`n_probs`)

@@ -28,6 +28,7 @@ assistant message with tool calls may have `content: null`.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ import msgspec
 
 from runtime.errors import InvalidHistoryOp, InvalidSession, InvalidSessionId
 from sessions.model import INHERITED, Message, Sampling, Session, ToolCall, check_session_id
+from sessions.sampler_settings import NAMES as SAMPLER_NAMES
 
 FORMAT = "turnstile.session/1"
 
@@ -230,9 +232,19 @@ def _export_message(m: Message) -> dict[str, Any]:
 
 
 def _export_sampling(sampling: Sampling) -> dict[str, Any]:
-    """The settings, those that inherit the runtime's (None) left out: the shape of older documents."""
+    """The settings, those that inherit the runtime's (None) and the other samplers' at their defaults left out:
+    the shape of older documents (a banned token's bias, -inf, is written `false`, as llama-server reads it)."""
     values = msgspec.structs.asdict(sampling)
-    return {k: v for k, v in values.items() if not (k in INHERITED and v is None)}
+    out = {k: v for k, v in values.items() if not (k in INHERITED and v is None)}
+    for name in SAMPLER_NAMES:
+        if out[name] == _DEFAULTS[name]:
+            del out[name]
+    if "logit_bias" in out:
+        out["logit_bias"] = [[t, False if b == -math.inf else b] for t, b in out["logit_bias"]]
+    return out
+
+
+_DEFAULTS = msgspec.structs.asdict(Sampling())
 
 
 def export(session: Session) -> str:

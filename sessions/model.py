@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Literal
 import msgspec
 
 from runtime.errors import InvalidSampling, InvalidSession, InvalidSessionId
+from sessions.sampler_settings import DEFAULT_ORDER, coerce, sampler_problem
+from sessions.sampler_settings import NAMES as SAMPLER_NAMES
 
 Role = Literal["system", "user", "assistant", "tool"]
 ContextPolicy = Literal["error", "window"]  # what a turn does when the history outgrows the context
@@ -142,6 +144,27 @@ class Sampling(msgspec.Struct, frozen=True):
     chat_template_kwargs: dict[str, Any] | None = None  # template variables (JSON-like), e.g. enable_thinking
     reasoning_format: str | None = None  # "auto" (split) | "none" (the reasoning stays in the text)
     speculative: str | None = None  # "ngram" | "none": draft-less speculation on or off (same tokens either way)
+    # llama.cpp's other samplers, by llama-server's names and defaults (`sessions.sampler_settings`; each default
+    # leaves the chain as it is without it)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias) pairs; a bias of -inf bans the token
+    typical_p: float = 1.0
+    min_keep: int = 0
+    top_n_sigma: float = -1.0
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    dynatemp_range: float = 0.0
+    dynatemp_exponent: float = 1.0
+    mirostat: int = 0  # 1, 2: Mirostat (1.0, 2.0) in place of the chain after the logit bias
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64  # the tokens DRY scans for repetitions (0: off)
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", '"', "*")
+    samplers: tuple[str, ...] = DEFAULT_ORDER  # the chain's order, by llama-server's sampler names
+    n_probs: int = 0  # report the n most probable tokens at each generated token (and the chosen one's)
+    post_sampling_probs: bool = False  # report probabilities after the chain (else the model's, softmaxed)
 
     MAX_STOP: ClassVar[int] = 16
     _FLOATS: ClassVar[frozenset[str]] = frozenset(
@@ -162,6 +185,8 @@ class Sampling(msgspec.Struct, frozen=True):
                 value = float(value)
             elif name == "stop" and isinstance(value, list):
                 value = tuple(value)
+            elif name in SAMPLER_NAMES:
+                value = coerce(name, value)
             values[name] = value
         return Sampling(**values)
 
@@ -215,6 +240,8 @@ def _sampling_problem(name: str, value: Any) -> str | None:
         return None if isinstance(value, bool) else "must be a bool"
     if name in REASONING_CONTROLS:
         return reasoning_problem(name, value)
+    if name in SAMPLER_NAMES:
+        return sampler_problem(name, value)
     if name == "speculative":
         return None if value is None or value in SPECULATIVE_CHOICES else "must be None, 'ngram' or 'none'"
     if name == "stop":

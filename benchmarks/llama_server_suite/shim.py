@@ -50,6 +50,12 @@ ACCEPTED: dict[str, tuple[bool, str]] = {
     "--jinja": (False, "turnstile always renders the model's Jinja template"),
     "--no-jinja": (False, "llama-server then picks its built-in template from the model's (chatml for SmolLM2)"),
     "--no-cache-idle-slots": (False, "idle-slot caching: one slot here"),
+    "--backend-sampling": (
+        False,
+        "sampling on the compute device; turnstile samples on the CPU, as llama-server without it",
+    ),
+    "--backend_sampling": (False, "as --backend-sampling (llama.cpp's parser takes either spelling; the suite's)"),
+    "-bs": (False, "as --backend-sampling"),
 }
 
 _VALUE_FLAGS_LLAMA = frozenset({"--hf-repo", "-hf", "-hfr", "--hf-file", "-hff", "--model-url", "-mu", "--model", "-m"})

@@ -20,6 +20,7 @@ from caches.tiered import Location
 from runtime.backend.info import EngineInfo
 from runtime.errors import TurnstileError
 from runtime.reasoning import BudgetSpec, ReasoningFormat
+from runtime.reply import TokenProb
 from runtime.tools import ToolFormat
 from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
@@ -124,6 +125,7 @@ class SlotResult:
     draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
     draft_n_accepted: int = 0  # of those, accepted
     stop_sequence: str | None = None  # the stop string that ended it (finish "stop"), None for EOS or another end
+    probs: tuple[TokenProb, ...] = ()  # each generated token's probabilities (`Sampling.n_probs` > 0)
 
     @property
     def generated_tokens(self) -> int:

@@ -60,6 +60,25 @@ class SamplingOptions(TypedDict, total=False):
     chat_template_kwargs: dict[str, Any] | None
     reasoning_format: str | None
     speculative: SpeculativeChoice | None  # n-gram speculation "ngram" (on) or "none" (off); None: the runtime's
+    logit_bias: Sequence[tuple[int, float]]  # llama.cpp's other samplers (`sessions.sampler_settings`)
+    typical_p: float
+    min_keep: int
+    top_n_sigma: float
+    xtc_probability: float
+    xtc_threshold: float
+    dynatemp_range: float
+    dynatemp_exponent: float
+    mirostat: int
+    mirostat_tau: float
+    mirostat_eta: float
+    dry_multiplier: float
+    dry_base: float
+    dry_allowed_length: int
+    dry_penalty_last_n: int
+    dry_sequence_breakers: Sequence[str]
+    samplers: Sequence[str]
+    n_probs: int  # report each generated token's n most probable tokens (`Reply.probs`)
+    post_sampling_probs: bool
 
 
 class TurnOptions(SamplingOptions, total=False):

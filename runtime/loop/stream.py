@@ -24,7 +24,7 @@ from runtime.log import get_logger
 from runtime.loop.notify import Signal
 from runtime.loop.scheduler import Job, Scheduler
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply, Started, ToolCallDelta
+from runtime.reply import Progress, Reply, Started, ToolCallDelta
 from runtime.tools import new_call_id
 from runtime.tools.calls import PartialReply
 from sessions.model import ToolCall
@@ -40,14 +40,22 @@ class Pieces:
     """A queue of pieces: the worker thread pushes, the consumer is woken on the event loop. With
     `progress`, a `Started` item comes first, when the slot starts the turn (`started`)."""
 
-    def __init__(self, *, progress: bool = False) -> None:
+    def __init__(self, *, progress: bool = False, prefill: bool = False) -> None:
         self.items: deque[Piece | Started] = deque()
         self.signal = Signal()
         self.progress = progress
+        self.prefill = prefill  # `Progress` reports of the prefill too (llama-server's return_progress)
+        self._t0 = 0.0
+        self._cached = 0
 
     def started(self, prompt_tokens: int, cached_tokens: int) -> None:  # worker thread: before the prefill
+        self._t0, self._cached = time.perf_counter(), cached_tokens
         if self.progress:
             self.push(Started(prompt_tokens, cached_tokens))
+
+    def prefilled(self, done: int, total: int) -> None:  # worker thread: the prefill's start and each chunk
+        if self.prefill:
+            self.push(Progress(total, self._cached, processed=done, seconds=time.perf_counter() - self._t0))
 
     def push(self, piece: Piece | Started) -> None:  # worker thread (or the loop: the wake-up is thread-safe)
         self.items.append(piece)
@@ -75,6 +83,9 @@ class CallStream:
 
     def started(self, prompt_tokens: int, cached_tokens: int) -> None:  # worker thread
         self.out.started(prompt_tokens, cached_tokens)
+
+    def prefilled(self, done: int, total: int) -> None:  # worker thread
+        self.out.prefilled(done, total)
 
     def feed(self, parts: Sequence[str]) -> None:  # worker thread
         grew = False

@@ -28,8 +28,8 @@ from runtime.loop.policy import Cost
 from runtime.loop.replay import Replay, Spliced, same_reply
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
-from runtime.reasoning import REASONING_FIELDS, ReasoningOptions, Split, Splitter, join
-from runtime.reply import Reply, Timings, Usage
+from runtime.reasoning import REASONING_FIELDS, Reasoning, ReasoningOptions, Split, Splitter, join
+from runtime.reply import ProbText, Reply, Timings, TokenProb, Usage
 from runtime.tools import reply_seed
 from runtime.tools.plan import ToolPlan
 from runtime.types import RequestKind, speculation_flag
@@ -77,6 +77,15 @@ def predicted_cost(turn: Turn) -> Cost:
         chars = len(turn.message or "") + sum(len(r) for r in (turn.tool_results or {}).values())
     limit = turn.overrides.get("max_tokens")
     return Cost(chars // CHARS_PER_TOKEN + 1, limit if isinstance(limit, int) and limit > 0 else 0)
+
+
+def with_probs(parts: list[str], probs: tuple[TokenProb, ...]) -> list[str]:
+    """The split parts of a token's text, its probabilities on the last answer part (none: they are not streamed,
+    as llama-server streams a token's probabilities only with the text it adds)."""
+    for i in range(len(parts) - 1, -1, -1):
+        if not isinstance(parts[i], Reasoning) and parts[i]:
+            return [*parts[:i], ProbText(parts[i], probs), *parts[i + 1 :]]
+    return parts
 
 
 class TurnRunner:
@@ -271,7 +280,10 @@ class TurnRunner:
                 if first[0]:
                     first[0] = False
                     log.info("request.first_token")
-                emit(splitter.feed(piece))
+                parts = splitter.feed(piece)
+                if isinstance(piece, ProbText):  # a token's probabilities go with the answer text it made
+                    parts = with_probs(parts, piece.probs)
+                emit(parts)
 
             grammar = turn.constraints.grammar
             spliced = Spliced(rendered.tokens)
@@ -285,7 +297,7 @@ class TurnRunner:
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
                 on_start=pieces.started if pieces is not None else None,
-                on_prefill=lambda done, total: self.activity.prefill(job.id, done, total),
+                on_prefill=lambda done, total: self._prefilled(job, pieces, done, total),
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=grammar,
@@ -325,6 +337,8 @@ class TurnRunner:
                 sampling=sampling,
                 cancel=job.is_cancelled,
                 on_piece=on_piece,
+                on_start=pieces.started if pieces is not None else None,
+                on_prefill=(lambda done, total: pieces.prefilled(done, total)) if pieces is not None else None,
                 request_id=job.id,
                 session_id=job.session_id,
                 grammar=turn.constraints.grammar,
@@ -334,6 +348,12 @@ class TurnRunner:
             self.last_key[job.session_id] = self.backend.state_key()
             self.last_session = job.session_id
             return result, Split("", result.text)
+
+    def _prefilled(self, job: Job[Reply], pieces: Pieces | CallStream | None, done: int, total: int) -> None:
+        """Worker thread: the prefill's progress, for the engine's activity and a stream that reports it."""
+        self.activity.prefill(job.id, done, total)
+        if pieces is not None:
+            pieces.prefilled(done, total)
 
     @staticmethod
     def _reply(job: Job[Reply], r: SlotResult, revision: int, done: Finished | None = None) -> Reply:
@@ -378,4 +398,5 @@ class TurnRunner:
             reasoning=done.reasoning if done is not None else "",
             stop_sequence=r.stop_sequence,
             tokens=done.tokens if done is not None else (),
+            probs=r.probs,
         )

@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from runtime.backend.protocol import SlotRequest
 from runtime.llama.engine import Engine
 from runtime.reasoning import Budget, utf8_complete
+from runtime.reply import ProbText, TokenProb
 from runtime.slot.detok import IncrementalText
 from runtime.slot.ngram import Drafter
 from runtime.slot.stops import StopMatcher
 from runtime.types import FinishReason
+from sessions import Sampling
 
 __all__ = ["Decoded", "budget_for", "generate", "preserved_tokens"]
 
@@ -44,6 +46,7 @@ class Decoded:
     tokens: list[int] = field(default_factory=list)  # every emitted token
     text: str = ""  # the reply's text, cut at a stop string
     stopped_by: str | None = None  # the stop string that ended it
+    probs: list[TokenProb] = field(default_factory=list)  # each token's probabilities (`Sampling.n_probs` > 0)
     draft_n: int = 0  # tokens drafted (llama-server's draft_n)
     draft_n_accepted: int = 0
     steps: int = 0  # decode batches run
@@ -74,7 +77,11 @@ def generate(
     generated = out.tokens
     s = req.sampling
 
-    def emit(tok: int) -> FinishReason | None:
+    n_probs = s.n_probs
+
+    def emit(tok: int, idx: int = -1) -> FinishReason | None:
+        """Hand on token `tok`, sampled at output `idx` (its logits still current: its probabilities are read)."""
+        probs = sampler.probs(idx, tok, n_probs, special=preserved) if n_probs else None
         generated.append(tok)
         if out.t_first is None:
             out.t_first = time.perf_counter() - t0
@@ -90,7 +97,12 @@ def generate(
         elif len(tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
             finish = "length"
             text += stops.feed(detok.flush(), final=True)
-        if text and req.on_piece is not None:
+        if probs is not None and not detok.pending:  # llama-server leaves out a token that ends inside a character
+            entry = TokenProb(tok, text, raw, probs[0], tuple(probs[1]))
+            out.probs.append(entry)
+            if req.on_piece is not None:
+                req.on_piece(ProbText(text, (entry,)))  # one piece per token, as llama-server streams them
+        elif text and req.on_piece is not None:
             req.on_piece(text)
         return finish
 
@@ -114,7 +126,7 @@ def generate(
             t = sampler.sample(i)  # the logits of batch position i predict drafted token i
             if t != d:
                 return i, t, None
-            finish = emit(d)
+            finish = emit(d, i)
             if finish is not None:
                 return i + 1, None, finish
             enter(d)
@@ -130,16 +142,15 @@ def generate(
         return sampler.sample(idx, grammar=not (lazy and budget is not None and budget.in_block))
 
     with eng.sampler(s, req.grammar) as sampler:
-        if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
-            # llama-server feeds the prompt to the sampler first, so penalties see its last tokens
-            window = tokens if s.repeat_last_n < 0 else tokens[-s.repeat_last_n :] if s.repeat_last_n else []
-            for t in window:
+        seen = prompt_window(s, len(tokens))
+        if seen:  # llama-server feeds the prompt to the sampler first: penalties and DRY see its last tokens
+            for t in tokens[-seen:]:
                 sampler.accept(t)
         if req.cancel():
             return done("cancelled")
-        tok = pick()
+        tok, at = pick(), -1
         while True:
-            finish = emit(tok)
+            finish = emit(tok, at)
             if finish is not None:
                 return done(finish)
             draft: list[int] = []
@@ -152,6 +163,7 @@ def generate(
             out.steps += 1
             enter(tok)
             nxt: int | None = None
+            at = len(draft) if draft else -1
             if drafter is not None and draft:
                 accepted, nxt, finish = verify(draft)
                 drafter.accepted_n(len(draft), accepted)
@@ -159,11 +171,23 @@ def generate(
                     return done(finish)
                 if accepted < len(draft):
                     eng.seq_rm(len(tokens), -1)
+                    at = accepted  # the refused draft token's position gave the next token
             if nxt is None:
                 if req.cancel():
                     return done("cancelled")
-                nxt = pick(len(draft) if draft else -1)
+                nxt = pick(at)
             tok = nxt
+
+
+def prompt_window(s: Sampling, n_prompt: int) -> int:
+    """How many of the prompt's last tokens the sampler must see before decoding: the penalties' window and
+    DRY's (0: neither is on, the prompt changes nothing; -1: the whole prompt)."""
+    windows = [0]
+    if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+        windows.append(n_prompt if s.repeat_last_n < 0 else s.repeat_last_n)
+    if s.dry_multiplier != 0 and s.mirostat == 0:
+        windows.append(s.dry_penalty_last_n)
+    return min(max(windows), n_prompt)
 
 
 def budget_for(eng: Engine, req: SlotRequest) -> Budget | None:

@@ -14,6 +14,11 @@ class IncrementalText:
     def feed(self, piece: bytes) -> str:
         return self._decoder.decode(piece)
 
+    @property
+    def pending(self) -> bool:
+        """Whether the bytes fed so far end inside a character (held back until it completes)."""
+        return bool(self._decoder.getstate()[0])
+
     def flush(self) -> str:
         """Whatever is left at the end (an incomplete character becomes U+FFFD)."""
         return self._decoder.decode(b"", final=True)

@@ -400,6 +400,7 @@ class Slot:
             stop_sequence=done.stopped_by if finish == "stop" else None,
             draft_n=draft_n,
             draft_n_accepted=draft_n_accepted,
+            probs=tuple(done.probs),
         )
 
     def _drafter(self, req: SlotRequest) -> Drafter | None:

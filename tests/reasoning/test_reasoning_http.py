@@ -59,7 +59,7 @@ async def test_stream_deltas_carry_reasoning_content_then_content(scripted: Scri
         deltas = [c["choices"][0]["delta"] for c in chunks]
         assert deltas[0]["role"] == "assistant"
         assert "".join(d.get("reasoning_content", "") for d in deltas) == "pondering"
-        assert "".join(d.get("content", "") for d in deltas) == "hello there"
+        assert "".join(d.get("content") or "" for d in deltas) == "hello there"
         assert not any("reasoning_content" in d and "content" in d for d in deltas)
 
 

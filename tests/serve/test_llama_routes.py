@@ -1,8 +1,9 @@
 """llama-server's routes and fields on the scripted backend (in process, httpx's ASGI transport): CORS
 preflights answered before the key check, /completion and /v1/completions shapes (plain and streamed),
-the fields refused with a 400 naming them, /props /slots /models /v1/health, the un-prefixed OpenAI paths,
-and the thinking-off generation prompt of /apply-template. The same routes on a real model, against
-llama-server, are in tests/serve/test_llama_completion_oracle.py."""
+llama-server's sampler fields accepted and the values turnstile cannot honour refused with a 400 naming them,
+/props /slots /models /v1/health, the un-prefixed OpenAI paths, and the thinking-off generation prompt of
+/apply-template. The same routes on a real model, against llama-server, are in
+tests/serve/test_llama_completion_oracle.py."""
 
 from __future__ import annotations
 
@@ -127,26 +128,68 @@ async def test_several_prompts_get_one_answer_each() -> None:
 @pytest.mark.parametrize(
     ("path", "field", "value"),
     [
-        ("/completion", "n_probs", 3),
-        ("/completion", "logit_bias", [[5, -100]]),
-        ("/completion", "mirostat", 2),
-        ("/completion", "samplers", ["top_k"]),
-        ("/v1/completions", "logprobs", 2),
-        ("/v1/chat/completions", "logit_bias", {"5": -100}),
-        ("/v1/chat/completions", "logprobs", True),
-        ("/v1/chat/completions", "typical_p", 0.5),
-        ("/v1/chat/completions", "xtc_probability", 0.5),
-        ("/chat/completions", "dry_multiplier", 0.8),
+        ("/completion", "n_probs", -3),
+        ("/completion", "n_probs", "3"),
+        ("/completion", "logit_bias", [[5, "x"]]),
+        ("/completion", "logit_bias", [[5]]),
+        ("/completion", "logit_bias", 5),
+        ("/completion", "logit_bias", {"99999999": -1}),  # not a token of the model
+        ("/completion", "mirostat", 3),
+        ("/completion", "samplers", ["top_k", "infill"]),  # llama.cpp's infill sampler: not supported
+        ("/completion", "samplers", "ka"),  # adaptive-p: not supported
+        ("/completion", "xtc_probability", 1.5),
+        ("/completion", "dry_sequence_breakers", []),
+        ("/completion", "post_sampling_probs", "yes"),
+        ("/completion", "n_indent", 4),
+        ("/v1/completions", "logprobs", -1),
+        ("/v1/chat/completions", "logit_bias", {"5": True}),
+        ("/v1/chat/completions", "logprobs", "yes"),
+        ("/v1/chat/completions", "top_logprobs", 3),  # without logprobs (llama-server's and OpenAI's rule)
+        ("/v1/chat/completions", "typical_p", "0.5"),
+        ("/v1/chat/completions", "min_keep", -1),
+        ("/chat/completions", "dynatemp_exponent", "2"),
+        ("/chat/completions", "lora", [{"id": 0, "scale": 1.0}]),
         ("/chat/completions", "n", 2),
     ],
 )
-async def test_fields_that_would_change_the_reply_are_refused(path: str, field: str, value: Any) -> None:
+async def test_fields_turnstile_cannot_honour_are_refused(path: str, field: str, value: Any) -> None:
     body: dict[str, Any] = {field: value}
     body |= {"prompt": [5]} if "chat" not in path else {"messages": [{"role": "user", "content": "hi"}]}
     async with served() as c:
         r = await c.post(path, json=body, headers=AUTH)
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == field
+
+
+async def test_logprobs_with_tools_and_stream_are_refused_as_llama_server() -> None:
+    body = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "logprobs": True,
+        "stream": True,
+    }
+    async with served() as c:
+        r = await c.post("/v1/chat/completions", json=body, headers=AUTH)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/completion", {"n_probs": 3, "post_sampling_probs": True, "logit_bias": [[5, False], ["hi", 2]]}),
+        ("/completion", {"typical_p": 0.5, "min_keep": 2, "top_n_sigma": 1.0, "samplers": "kt"}),
+        ("/completion", {"mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2}),
+        ("/completion", {"dry_multiplier": 0.8, "dry_base": 0.5, "dry_sequence_breakers": ["\n"]}),
+        ("/v1/completions", {"logprobs": 2, "xtc_probability": 0.5, "xtc_threshold": 0.2}),
+        ("/v1/chat/completions", {"logprobs": True, "top_logprobs": 2, "logit_bias": {"5": -100}}),
+        ("/chat/completions", {"dynatemp_range": 0.5, "dynatemp_exponent": 2, "samplers": ["top-k", "temp"]}),
+    ],
+)
+async def test_sampler_fields_are_accepted(path: str, fields: dict[str, Any]) -> None:
+    body = fields | ({"prompt": [5]} if "chat" not in path else {"messages": [{"role": "user", "content": "hi"}]})
+    async with served() as c:
+        r = await c.post(path, json=body, headers=AUTH)
+        assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("neutral", [{"logprobs": False}, {"typical_p": 1.0}, {"n": 1}, {"logit_bias": {}}])
@@ -238,3 +281,11 @@ async def test_metrics_with_llama_server_names_and_switchable() -> None:
     async with served(metrics=False) as c:
         r = await c.get("/metrics", headers=AUTH)
         assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+
+
+async def test_generation_settings_report_the_logit_bias_as_llama_server() -> None:
+    async with served() as c:
+        body = {"prompt": [5], "logit_bias": [[5, False], [6, 1.5]], "n_probs": 2, "typical_p": 0.5}
+        settings = (await c.post("/completion", json=body, headers=AUTH)).json()["generation_settings"]
+        assert settings["logit_bias"] == [{"bias": None, "token": 5}, {"bias": 1.5, "token": 6}]
+        assert (settings["n_probs"], settings["typical_p"]) == (2, 0.5)

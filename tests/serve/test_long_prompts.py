@@ -175,7 +175,7 @@ async def test_a_streamed_long_prompt_gets_bytes_before_its_prefill_ends(
     if dialect == "chat":  # the role-only first chunk, sent when the slot started the turn
         assert early.startswith("data: ") and early.endswith("\n\n") and early.count("\n\n") == 1
         first = json.loads(early.removeprefix("data: "))
-        assert first["choices"][0]["delta"] == {"role": "assistant"}
+        assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
         return
     events = [e for e in early.split("\n\n") if e]
     assert [e.split("\n")[0] for e in events] == ["event: message_start", "event: ping"]

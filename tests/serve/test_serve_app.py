@@ -101,9 +101,9 @@ async def test_stream_chunks_and_usage(scripted: Scripted) -> None:
         assert events[-2:] == ["data: [DONE]", ""]
         chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
         deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
-        assert deltas[0] == {"role": "assistant"}  # role-only first chunk, as OpenAI and llama-server
+        assert deltas[0] == {"role": "assistant", "content": None}  # role-only first chunk, as llama-server
         assert deltas[1] == {"content": "echo:"}
-        assert "".join(d.get("content", "") for d in deltas) == "echo: hi there"
+        assert "".join(d.get("content") or "" for d in deltas) == "echo: hi there"
         assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
         assert chunks[-2]["timings"]["predicted_n"] == 14
         assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 14
@@ -368,7 +368,7 @@ async def test_a_client_that_leaves_while_running_stops_its_request(scripted: Sc
         assert len(bodies) == (1 if stream else 0) and len(c.sent) == (2 if stream else 0)
         if stream:
             first = json.loads(bodies[0].decode().removeprefix("data: "))
-            assert first["choices"][0]["delta"] == {"role": "assistant"}
+            assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
         st = rt.stats().scheduler
         assert (st.cancelled, st.completed) == (1, 0)
         with pytest.raises(SessionNotFound):

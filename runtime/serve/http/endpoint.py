@@ -107,6 +107,7 @@ class CompleteWork(Work):
     dialect writes the body and the relay."""
 
     api: str | None = None  # the API named in the log line of a client that left
+    prefill_progress: bool = False  # the stream has the prefill's `Progress` reports (llama-server's return_progress)
 
     def __init__(self, state: ServeState, rt: Runtime, call: TurnCall, timeout: float | None) -> None:
         self.state, self.rt, self.messages = state, rt, call.messages
@@ -120,7 +121,8 @@ class CompleteWork(Work):
         options = {"session_id": self.session_id, "timeout": self.timeout, **self.kwargs}
         if self.stream:
             items = cast(
-                AsyncGenerator[Piece | Started | Reply, None], self.rt.complete_stream_started(self.messages, **options)
+                AsyncGenerator[Piece | Started | Reply, None],
+                self.rt.complete_stream_started(self.messages, prefill_progress=self.prefill_progress, **options),
             )
             async with contextlib.aclosing(items):
                 await self.relay(items, send, phase)

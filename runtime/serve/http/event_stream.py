@@ -58,13 +58,15 @@ async def relay(
     *,
     opening: Callable[[W, Started | None], bytes] | None = None,
     keepalive_event: Callable[[W], bytes] | None = None,
+    progress: Callable[[W, Started], bytes] | None = None,
     phase: Phase | None = None,
     keepalive: float = KEEPALIVE_SECONDS,
 ) -> None:
     """Relay `items` (`Started` or pieces, then the Reply) to `send`: the writer is made once the first item
     came, `opening` its first event (given the `Started`, when that came first), `end` the last one (from
     the Reply), `keepalive_event` (default: an SSE comment) whenever `keepalive` seconds pass without an
-    item; `phase.ending` is set before the last."""
+    item, `progress` one for each later `Started` (the prefill's `Progress` reports; without it they are skipped);
+    `phase.ending` is set before the last."""
     first = await anext(items)  # errors until the stream starts get their own status
     writer = make()
     await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -91,9 +93,12 @@ async def relay(
             if isinstance(item, _Failed):
                 failure = item.exc
                 break
-            if not isinstance(item, Started):
+            if not isinstance(item, Started) or progress is not None:
                 try:
-                    chunk = writer.piece(item)
+                    if isinstance(item, Started):
+                        chunk = progress(writer, item) if progress is not None else b""
+                    else:
+                        chunk = writer.piece(item)
                 except Exception as e:
                     failure = e
                     break

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from runtime.reply import Reply
+from runtime.reply import Reply, TokenProb
 from runtime.serve.http.chat.schema import (
     ChatChoice,
     ChatMessage,
@@ -30,8 +31,11 @@ from runtime.serve.http.chat.schema import (
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.llama.fields import REFUSED, refuse_unsupported
 from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
+from runtime.serve.http.llama.probs import probs_json, trim_stop
+from runtime.serve.http.llama.sampler_fields import FIELDS, sampler_options
 from runtime.serve.http.speculation import speculative_option
 from runtime.serve.http.tolerance import not_offered
+from sessions.sampler_settings import MAX_N_PROBS
 
 __all__ = ["Call", "from_request", "response", "timings", "tool_calls", "usage"]
 
@@ -58,6 +62,12 @@ class Call:
     session_id: str | None = None
     stream: bool = False
     include_usage: bool = False
+    top_logprobs: int | None = None  # logprobs asked: how many of each token's most probable to show
+    post_sampling_probs: bool = False
+    logit_bias: Any = None  # as given (the endpoint resolves it against the vocabulary)
+    stop_tokens: dict[str, int] = field(default_factory=dict)  # each stop string's token count (probabilities)
+    timings_per_token: bool = False  # llama-server's: each streamed chunk has the timings so far
+    return_progress: bool = False  # llama-server's: streamed prompt-progress chunks
 
 
 def _content(m: ChatMessage, i: int) -> str:
@@ -171,6 +181,8 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         kw["max_tokens"] = limit
     if req.stop is not None:
         kw["stop"] = [req.stop] if isinstance(req.stop, str) else list(req.stop)
+    kw.update(sampler_options({name: getattr(req, name) for name in FIELDS}))
+    top = _logprobs(req, kw)
     kw.update(_reasoning(req))
     kw.update(speculative_option(req.speculative, req.speculative_n_max))
     if req.modalities is not None and any(m != "text" for m in req.modalities):
@@ -195,7 +207,37 @@ def from_request(req: ChatRequest, session_header: str | None) -> Call:
         session_id=session_header or req.user or None,
         stream=req.stream,
         include_usage=bool(req.stream_options and req.stream_options.include_usage),
+        top_logprobs=top,
+        post_sampling_probs=bool(kw.get("post_sampling_probs")),
+        logit_bias=req.logit_bias or None,
+        timings_per_token=req.timings_per_token,
+        return_progress=req.return_progress,
     )
+
+
+def _logprobs(req: ChatRequest, kw: dict[str, Any]) -> int | None:
+    """OpenAI's `logprobs` / `top_logprobs` (llama-server's default 20 alternatives), or llama-server's `n_probs`:
+    sets `n_probs` in `kw` and gives how many alternatives to show (None: no probabilities asked)."""
+    if req.logprobs not in (None, False, True):
+        raise ApiError.bad_request("'logprobs' must be a boolean", param="logprobs")
+    top = req.top_logprobs
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_N_PROBS):
+        raise ApiError.bad_request(f"'top_logprobs' must be an int in [0, {MAX_N_PROBS}]", param="top_logprobs")
+    if req.logprobs:
+        if req.stream and req.tools:
+            raise ApiError.bad_request("logprobs is not supported with tools + stream", param="logprobs")
+        shown = 20 if top is None else top
+    elif top is not None:
+        raise ApiError.bad_request("top_logprobs requires logprobs to be set to true", param="top_logprobs")
+    elif req.n_probs not in (None, 0):
+        n = req.n_probs
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_N_PROBS:
+            raise ApiError.bad_request(f"'n_probs' must be an int in [0, {MAX_N_PROBS}]", param="n_probs")
+        shown = n
+    else:
+        return None
+    kw["n_probs"] = max(1, shown)
+    return shown
 
 
 # --- reply -----------------------------------------------------------------------------------------
@@ -247,7 +289,19 @@ def finish_reason(reply: Reply) -> str:
     return "stop" if reply.finish_reason == "cancelled" else str(reply.finish_reason)
 
 
-def response(reply: Reply, *, request_id: str, model: str) -> ChatResponse:
+def logprobs(probs: Sequence[TokenProb], call: Call) -> dict[str, Any] | None:
+    """A choice's `logprobs` (`{"content": [...]}`, llama-server's entries) when the call asked, else None."""
+    if call.top_logprobs is None or not probs:
+        return None
+    return {"content": probs_json(probs, post=call.post_sampling_probs, top=call.top_logprobs)}
+
+
+def _unstopped(reply: Reply, call: Call) -> Sequence[TokenProb]:
+    """A whole reply's probabilities as llama-server gives them: less the stop string's tokens."""
+    return trim_stop(reply.probs, call.stop_tokens.get(reply.stop_sequence or "", 0))
+
+
+def response(reply: Reply, *, request_id: str, model: str, call: Call | None = None) -> ChatResponse:
     calls = tool_calls(reply)
     content = reply.text if reply.text or not calls else None
     return ChatResponse(
@@ -261,6 +315,7 @@ def response(reply: Reply, *, request_id: str, model: str) -> ChatResponse:
                     content=content, tool_calls=calls, reasoning_content=reply.reasoning or msgspec.UNSET
                 ),
                 finish_reason=finish_reason(reply),
+                logprobs=logprobs(_unstopped(reply, call), call) if call is not None else None,
             )
         ],
         usage=usage(reply),

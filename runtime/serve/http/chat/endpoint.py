@@ -21,6 +21,7 @@ from runtime.serve.http.chat.schema import ChatRequest
 from runtime.serve.http.chat.stream import ChunkWriter
 from runtime.serve.http.endpoint import ClientGone, CompleteWork, Endpoint, Work, read_body, send_bytes, send_error
 from runtime.serve.http.event_stream import relay
+from runtime.serve.http.llama.sampler_fields import logit_bias
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.tenants import tenant_of
 from runtime.serve.http.tolerance import declared
@@ -46,6 +47,11 @@ class ChatEndpoint(Endpoint):
         if call.session_id is not None:  # the client's id, in its tenant's namespace
             call.session_id = tenant.session_id(call.session_id)
         rt = self.state.require()
+        if call.logit_bias is not None:
+            call.kwargs["logit_bias"] = await logit_bias(rt, call.logit_bias)
+        if call.top_logprobs is not None and not call.stream:
+            for stop in [*self.state.llama.sampling.get("stop", ()), *call.kwargs.get("stop", ())]:
+                call.stop_tokens[stop] = len(await rt.tokenize(stop, add_special=False, parse_special=False))
         await self.state.ledger.admit_turn(
             rt, tenant.name, tenant.namespace, call.session_id, call.kwargs, "max_tokens"
         )
@@ -56,9 +62,12 @@ class _ChatWork(CompleteWork):
     def __init__(self, state: ServeState, rt: Runtime, call: Call, request_timeout: float | None) -> None:
         super().__init__(state, rt, call, request_timeout)
         self.include_usage = call.include_usage
+        self.call = call
+        self.prefill_progress = call.return_progress
 
     def body(self, reply: Reply) -> bytes:
-        return msgspec.json.encode(convert.response(reply, request_id=self.state.next_id(), model=self.state.model))
+        response = convert.response(reply, request_id=self.state.next_id(), model=self.state.model, call=self.call)
+        return msgspec.json.encode(response)
 
     async def relay(self, items: AsyncGenerator[Piece | Started | Reply, None], send: Send, phase: Phase) -> None:
         async def end(writer: ChunkWriter, reply: Reply) -> bytes:
@@ -67,8 +76,9 @@ class _ChatWork(CompleteWork):
         await relay(
             items,
             send,
-            lambda: ChunkWriter(self.state.next_id(), self.state.model),
+            lambda: ChunkWriter(self.state.next_id(), self.state.model, self.call),
             end,
             opening=ChunkWriter.opening,
+            progress=ChunkWriter.progress if self.call.return_progress else None,
             phase=phase,
         )

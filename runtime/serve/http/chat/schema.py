@@ -115,19 +115,33 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     # llama-server's constraints: a GBNF grammar or a JSON schema (at most one, and not with response_format)
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
-    # fields that change the reply and that turnstile does not do: refused (400) unless neutral
-    # (runtime.serve.http.llama.fields); any JSON value decodes so that the refusal names the field
+    # probabilities and llama-server's sampler fields (runtime.serve.http.llama.sampler_fields); any JSON value
+    # decodes so that a refusal names the field
     logit_bias: Any = None
     logprobs: Any = None
     top_logprobs: Any = None
     n_probs: Any = None
+    post_sampling_probs: Any = None
     typical_p: Any = None
-    mirostat: Any = None
-    dry_multiplier: Any = None
-    xtc_probability: Any = None
-    dynatemp_range: Any = None
+    min_keep: Any = None
     top_n_sigma: Any = None
+    xtc_probability: Any = None
+    xtc_threshold: Any = None
+    dynatemp_range: Any = None
+    dynatemp_exponent: Any = None
+    mirostat: Any = None
+    mirostat_tau: Any = None
+    mirostat_eta: Any = None
+    dry_multiplier: Any = None
+    dry_base: Any = None
+    dry_allowed_length: Any = None
+    dry_penalty_last_n: Any = None
+    dry_sequence_breakers: Any = None
     samplers: Any = None
+    timings_per_token: bool = False  # each streamed chunk carries `timings` (llama-server's)
+    return_progress: bool = False  # streamed prompt-progress chunks before the first token (llama-server's)
+    # fields that change the reply and that turnstile does not do: refused (400) unless neutral
+    # (runtime.serve.http.llama.fields)
     n_indent: Any = None
     lora: Any = None
 
@@ -159,7 +173,7 @@ class ChatChoice(msgspec.Struct, kw_only=True):
     index: int
     message: ResponseMessage
     finish_reason: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class ChatResponse(msgspec.Struct, kw_only=True):
@@ -194,7 +208,7 @@ class ToolCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
-    content: str | None = None
+    content: str | msgspec.UnsetType | None = msgspec.UNSET  # None: `"content": null` (the role-only chunk)
     reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
@@ -203,7 +217,7 @@ class ChunkChoice(msgspec.Struct, kw_only=True):
     index: int
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
 
 
 class Chunk(msgspec.Struct, kw_only=True):
@@ -215,8 +229,9 @@ class Chunk(msgspec.Struct, kw_only=True):
     choices: list[ChunkChoice]
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     usage: Usage | None = None
-    timings: dict[str, Any] | None = None
+    timings: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # left out where llama-server leaves it out
     system_fingerprint: str | None = None
+    prompt_progress: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET  # llama-server's return_progress
 
 
 class ModelCard(msgspec.Struct, kw_only=True):

@@ -16,11 +16,12 @@ from typing import Any
 import msgspec
 
 from runtime.reasoning import Reasoning
-from runtime.reply import Reply, Started
+from runtime.reply import ProbText, Progress, Reply, Started
 from runtime.reply import ToolCallDelta as CallPiece
 from runtime.serve.http.chat import convert
 from runtime.serve.http.chat.schema import Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.live import TokenClock, progress_json
 from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
 
 __all__ = ["DONE", "ChunkWriter"]
@@ -36,31 +37,54 @@ def event(body: msgspec.Struct) -> bytes:
 class ChunkWriter:
     """Builds the events of one stream (same id, model and creation time on every chunk)."""
 
-    def __init__(self, request_id: str, model: str) -> None:
+    def __init__(self, request_id: str, model: str, call: convert.Call | None = None) -> None:
+        self.call = call
+        self.clock = TokenClock() if call is not None and (call.timings_per_token or call.return_progress) else None
         self.id = request_id
         self.model = model
         self.created = int(time.time())
         self._role_sent = False
         self._calls_sent = False
 
-    def _chunk(self, delta: Delta, finish: str | None = None, timings: dict[str, Any] | None = None) -> bytes:
-        choice = ChunkChoice(index=0, delta=delta, finish_reason=finish)
+    def _chunk(
+        self,
+        delta: Delta,
+        finish: str | None = None,
+        timings: dict[str, Any] | None = None,
+        logprobs: dict[str, Any] | None = None,
+        progress: dict[str, Any] | None = None,
+    ) -> bytes:
+        choice = ChunkChoice(index=0, delta=delta, finish_reason=finish, logprobs=logprobs)
+        per_token = self.clock is not None and self.call is not None and self.call.timings_per_token
+        if timings is None and per_token and self._role_sent and self.clock is not None and self.clock.t_first:
+            timings = self.clock.timings()
         return event(
             Chunk(
                 id=self.id,
                 created=self.created,
                 model=self.model,
                 choices=[choice],
-                timings=timings,
+                timings=msgspec.UNSET if timings is None else timings,
                 system_fingerprint=SYSTEM_FINGERPRINT,
+                prompt_progress=msgspec.UNSET if progress is None else progress,
             )
         )
+
+    def progress(self, item: Started) -> bytes:
+        """llama-server's prompt-progress chunk: the assistant role and `prompt_progress` (a `Progress` report)."""
+        if not isinstance(item, Progress):
+            return b""
+        if self.clock is not None:
+            self.clock.start(item)
+        return self._chunk(Delta(role="assistant", content=None), progress=progress_json(item))
 
     def opening(self, started: Started | None = None) -> bytes:
         """The first event: the assistant role and nothing else (whether or not the slot announced the turn
         first: `started`)."""
         self._role_sent = True
-        return self._chunk(Delta(role="assistant"))
+        if started is not None and self.clock is not None:
+            self.clock.start(started)
+        return self._chunk(Delta(role="assistant", content=None))
 
     def _role(self) -> str | None:
         if self._role_sent:
@@ -80,9 +104,14 @@ class ChunkWriter:
             else:
                 delta = ToolCallDelta(index=text.index, function=FunctionDelta(arguments=text.arguments_delta))
             return self._chunk(Delta(role=self._role(), tool_calls=[delta]))
+        if self.clock is not None:
+            self.clock.piece(text)
         if isinstance(text, Reasoning):
             return self._chunk(Delta(role=self._role(), reasoning_content=str(text)))
-        return self._chunk(Delta(role=self._role(), content=text))
+        logprobs = None
+        if isinstance(text, ProbText) and self.call is not None:  # the probabilities of the tokens that made it
+            logprobs = convert.logprobs(text.probs, self.call)
+        return self._chunk(Delta(role=self._role(), content=str(text)), logprobs=logprobs)
 
     def end(self, reply: Reply, *, include_usage: bool) -> bytes:
         """The closing events: tool calls (if any), the finish reason with timings, the usage, [DONE]."""
@@ -112,6 +141,7 @@ class ChunkWriter:
                     model=self.model,
                     choices=[],
                     usage=convert.usage(reply),
+                    timings=convert.timings(reply) if self.clock is not None else msgspec.UNSET,
                     system_fingerprint=SYSTEM_FINGERPRINT,
                 )
             )

@@ -23,14 +23,17 @@ from starlette.routing import Route
 
 from runtime.api import Runtime
 from runtime.loop.stream import Piece
-from runtime.reply import Reply
+from runtime.reply import ProbText, Progress, Reply, TokenProb
 from runtime.serve.asgi import Receive, Scope, Send
 from runtime.serve.http.chat.convert import timings
 from runtime.serve.http.endpoint import ClientGone, read_body, send_bytes, send_error
 from runtime.serve.http.errors import ApiError, to_api_error
 from runtime.serve.http.event_stream import SSE_HEADERS
 from runtime.serve.http.llama.completion_request import CompletionCall, Prompt, parse
+from runtime.serve.http.llama.live import TokenClock, progress_json
 from runtime.serve.http.llama.options import SYSTEM_FINGERPRINT
+from runtime.serve.http.llama.probs import probs_json, trim_stop
+from runtime.serve.http.llama.sampler_fields import logit_bias, reported_bias
 from runtime.serve.http.state import ServeState
 from runtime.serve.http.watch import Phase, run_watched
 
@@ -69,6 +72,10 @@ class CompletionEndpoint:
                 raise ApiError.bad_request("the request body must be a JSON object with a 'prompt'")
             call = parse(await self.prepare(body), self.state.llama.sampling, oai=self.oai)
             rt = self.state.require()
+            if call.logit_bias is not None:
+                call.options["logit_bias"] = await logit_bias(rt, call.logit_bias)
+            eog = rt.model_info().eog_tokens if call.options.get("ignore_eos") else ()
+            call.settings["logit_bias"] = reported_bias(call.options, eog)
             prompts = [await _tokens(rt, p) for p in call.prompts]
         except ClientGone:
             return
@@ -103,6 +110,9 @@ class CompletionEndpoint:
         replies: list[tuple[Reply, str]] = []
         for i, (tokens, text) in enumerate(prompts):
             reply = await rt.complete_prompt(tokens, **self._options(call))
+            if reply.probs and reply.stop_sequence:  # llama-server: the stop string's tokens leave the probabilities
+                n_stop = len(await rt.tokenize(reply.stop_sequence, add_special=False, parse_special=False))
+                reply = msgspec.structs.replace(reply, probs=tuple(trim_stop(reply.probs, n_stop)))
             replies.append((reply, text))
             if not self.oai:
                 results.append(self._native(call, reply, text, i, final=True))
@@ -129,7 +139,14 @@ class CompletionEndpoint:
             "stopping_word": reply.stop_sequence or "",
             "tokens_cached": u.prompt_tokens + u.generated_tokens,
             "timings": llama_timings(reply),
+            **self._probs(call, reply.probs, "completion_probabilities", stream=call.stream),
         }
+
+    def _probs(self, call: CompletionCall, probs: Any, key: str, *, stream: bool = False) -> dict[str, Any]:
+        """{key: the probabilities} when the request asked for them and there are some, else {}."""
+        if not probs or stream:
+            return {}
+        return {key: probs_json(probs, post=bool(call.options.get("post_sampling_probs")))}
 
     def _oai(self, call: CompletionCall, replies: list[tuple[Reply, str]]) -> dict[str, Any]:
         prompt_n = sum(r.usage.prompt_tokens for r, _ in replies)
@@ -145,7 +162,7 @@ class CompletionEndpoint:
                 {
                     "index": i,
                     "text": (text if call.echo else "") + r.text,
-                    "logprobs": None,
+                    "logprobs": self._probs(call, r.probs, "content") or None,
                     "finish_reason": _finish(r),
                 }
                 for i, (r, text) in enumerate(replies)
@@ -168,7 +185,10 @@ class CompletionEndpoint:
         started = False
         ident, created = self._id(), int(time.time())
         for i, (tokens, text) in enumerate(prompts):
-            items = cast(AsyncGenerator[Piece | Reply, None], rt.complete_prompt_stream(tokens, **self._options(call)))
+            items = cast(
+                AsyncGenerator[Piece | Progress | Reply, None],
+                rt.complete_prompt_stream(tokens, progress=call.return_progress, **self._options(call)),
+            )
             async with contextlib.aclosing(items):
                 try:
                     item = await anext(items)
@@ -182,12 +202,11 @@ class CompletionEndpoint:
                     started = True
                 if self.oai and call.echo:
                     await self._event(send, self._oai_chunk(ident, created, i, text, None))
+                clock = TokenClock(len(tokens))
                 while not isinstance(item, Reply):
-                    if isinstance(item, str) and item:
-                        if self.oai:
-                            await self._event(send, self._oai_chunk(ident, created, i, item, None))
-                        else:
-                            await self._event(send, {"index": i, "content": item, "tokens": [], "stop": False})
+                    chunk = self._live(call, (ident, created, i), item, clock)
+                    if chunk is not None:
+                        await self._event(send, chunk)
                     item = await anext(items)
                 if self.oai:
                     await self._event(send, self._oai_chunk(ident, created, i, "", _finish(item)))
@@ -196,6 +215,44 @@ class CompletionEndpoint:
         phase.ending = True
         tail = b"data: [DONE]\n\n" if self.oai else b""
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def _live(
+        self, call: CompletionCall, at: tuple[str, int, int], item: Piece | Progress, clock: TokenClock
+    ) -> dict[str, Any] | None:
+        """The event for a streamed item (None: none): a piece of text (with its tokens' probabilities), or the
+        prefill's progress; with `timings_per_token`, the timings so far."""
+        ident, created, index = at
+        extra: dict[str, Any] = {}
+        probs: tuple[TokenProb, ...] = ()
+        if isinstance(item, Progress):
+            clock.start(item)
+            text = ""
+            extra["prompt_progress"] = progress_json(item)
+        elif isinstance(item, str):
+            probs = item.probs if isinstance(item, ProbText) else ()
+            if not item and not probs:
+                return None
+            clock.piece(item)
+            text = str(item)
+        else:
+            return None
+        if call.timings_per_token:
+            extra["timings"] = clock.timings()
+        if self.oai:
+            chunk = self._oai_chunk(ident, created, index, text, None)
+            chunk["choices"][0]["logprobs"] = self._probs(call, probs, "content") or None
+            return chunk | extra
+        return {
+            "index": index,
+            "content": text,
+            "tokens": [p.token for p in probs],
+            "stop": False,
+            "id_slot": 0,
+            "tokens_predicted": clock.predicted,
+            "tokens_evaluated": clock.prompt_tokens,
+            **self._probs(call, probs, "completion_probabilities"),
+            **extra,
+        }
 
     def _oai_chunk(self, ident: str, created: int, index: int, text: str, finish: str | None) -> dict[str, Any]:
         return {

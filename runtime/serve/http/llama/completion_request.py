@@ -18,6 +18,8 @@ from typing import Any
 
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.llama.fields import refuse_unsupported
+from runtime.serve.http.llama.sampler_fields import sampler_options
+from sessions.sampler_settings import MAX_N_PROBS
 
 __all__ = ["CompletionCall", "parse"]
 
@@ -26,6 +28,27 @@ Prompt = list[str | int]
 
 _FLOATS = ("temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
 _INTS = ("top_k", "repeat_last_n")
+
+
+# the sampler settings `generation_settings` reports, with llama-server's defaults
+_REPORTED = (
+    ("typical_p", 1.0),
+    ("mirostat", 0),
+    ("mirostat_tau", 5.0),
+    ("mirostat_eta", 0.1),
+    ("dry_multiplier", 0.0),
+    ("dry_base", 1.75),
+    ("dry_allowed_length", 2),
+    ("dry_penalty_last_n", 64),
+    ("xtc_probability", 0.0),
+    ("xtc_threshold", 0.1),
+    ("dynatemp_range", 0.0),
+    ("dynatemp_exponent", 1.0),
+    ("top_n_sigma", -1.0),
+    ("min_keep", 0),
+    ("n_probs", 0),
+    ("post_sampling_probs", False),
+)
 
 
 @dataclass
@@ -37,6 +60,9 @@ class CompletionCall:
     echo: bool = False
     include_usage: bool = False
     settings: dict[str, Any] = field(default_factory=dict)  # what `generation_settings` reports
+    logit_bias: Any = None  # the request's logit_bias as given (resolved against the vocabulary by the endpoint)
+    timings_per_token: bool = False  # each streamed event carries `timings` (llama-server's)
+    return_progress: bool = False  # a streamed prompt's progress events before the first token (llama-server's)
 
 
 def _is_int(v: Any) -> bool:
@@ -128,6 +154,13 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
         opts["max_tokens"] = limit
     elif limit is not None and limit < -1:
         raise ApiError.bad_request("'n_predict' must be -1 (no limit) or a number of tokens", param="n_predict")
+    opts.update(sampler_options(body))
+    probs_field = "n_probs" if "n_probs" in body else "logprobs"
+    n_probs = _number(body, probs_field, int)
+    if n_probs is not None and not 0 <= n_probs <= MAX_N_PROBS:
+        raise ApiError.bad_request(f"{probs_field!r} must be in [0, {MAX_N_PROBS}]", param=probs_field)
+    if n_probs:
+        opts["n_probs"] = n_probs
     if "ignore_eos" in body:
         if not isinstance(body["ignore_eos"], bool):
             raise ApiError.bad_request("'ignore_eos' must be a boolean", param="ignore_eos")
@@ -141,7 +174,7 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
             opts["stop"] = stops
     merged = {**defaults, **opts}  # the request's n_predict wins over the server's (llama-server's n_predict_max)
     merged.update(_constraint(body))
-    for flag in ("stream", "return_tokens", "echo"):
+    for flag in ("stream", "return_tokens", "echo", "timings_per_token", "return_progress"):
         if flag in body and not isinstance(body[flag], bool):
             raise ApiError.bad_request(f"{flag!r} must be a boolean", param=flag)
     id_slot = body.get("id_slot")
@@ -161,13 +194,9 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
         "frequency_penalty": merged.get("frequency_penalty", 0.0),
         "ignore_eos": merged.get("ignore_eos", False),
         "stop": merged.get("stop", []),
-        "typical_p": 1.0,
-        "mirostat": 0,
-        "dry_multiplier": 0.0,
-        "xtc_probability": 0.0,
+        **{name: merged.get(name, default) for name, default in _REPORTED},
         "adaptive_target": -1.0,
         "adaptive_decay": 0.9,
-        "n_probs": 0,
         "grammar": merged.get("grammar", ""),
         "stream": bool(body.get("stream", False)),
     }
@@ -179,4 +208,7 @@ def parse(body: dict[str, Any], defaults: dict[str, Any], *, oai: bool) -> Compl
         echo=bool(body.get("echo", False)),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         settings=settings,
+        logit_bias=body.get("logit_bias") or None,
+        timings_per_token=bool(body.get("timings_per_token", False)),
+        return_progress=bool(body.get("return_progress", False)),
     )

@@ -1,6 +1,7 @@
 """llama-server's request fields that would change a reply and that turnstile does not do: each is refused
 with a 400 naming it when given a value other than its neutral one (never silently ignored), on chat
-completions and on the completion routes alike."""
+completions and on the completion routes alike. (The sampler fields and probabilities are done:
+`runtime.serve.http.llama.sampler_fields`.)"""
 
 from __future__ import annotations
 
@@ -22,17 +23,6 @@ def _given(v: Any) -> bool:
 
 # field -> whether the value given would change the reply
 REFUSED: dict[str, Callable[[Any], bool]] = {
-    "n_probs": _nonzero,
-    "logit_bias": _given,
-    "logprobs": _nonzero,
-    "top_logprobs": _nonzero,
-    "typical_p": lambda v: v not in (None, 1, 1.0),
-    "mirostat": _nonzero,
-    "dry_multiplier": _nonzero,
-    "xtc_probability": _nonzero,
-    "dynatemp_range": _nonzero,
-    "top_n_sigma": lambda v: v not in (None, -1, -1.0),
-    "samplers": lambda v: v is not None,
     "n_indent": _nonzero,
     "lora": _given,
     "multimodal_data": _given,

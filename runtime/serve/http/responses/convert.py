@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,9 @@ import msgspec
 from runtime.errors import BadInput
 from runtime.grammar import schema_for
 from runtime.log import get_logger
-from runtime.reply import Reply
+from runtime.reply import Reply, TokenProb
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.probs import probs_json
 from runtime.serve.http.responses.schema import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -37,6 +39,7 @@ from runtime.serve.http.responses.schema import (
 )
 from runtime.serve.http.speculation import speculative_option
 from runtime.serve.http.tolerance import not_offered
+from sessions.sampler_settings import MAX_N_PROBS
 
 log = get_logger(__name__)
 
@@ -56,6 +59,12 @@ class Turn:
     messages: list[dict[str, Any]]  # user / assistant / tool messages, chat-completions shaped
     items: list[dict[str, Any]]  # the input items as stored and listed (each with an id)
     kwargs: dict[str, Any] = field(default_factory=dict)
+    top_logprobs: int | None = None  # logprobs asked (`include` or `top_logprobs`): alternatives per token
+    timings_per_token: bool = False  # llama-server's, on a stream
+    return_progress: bool = False
+
+
+LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for the output text's logprobs
 
 
 def _items(req: ResponsesRequest) -> list[InputItem]:
@@ -230,7 +239,29 @@ def parse(req: ResponsesRequest) -> Turn:
     elif effort is not None:
         kw["reasoning"] = "on"
     kw.update(speculative_option(req.speculative, req.speculative_n_max))
-    return Turn(system=system, messages=messages, items=[_stored(item) for item in items], kwargs=kw)
+    top = _top_logprobs(req)
+    if top is not None:
+        kw["n_probs"] = max(1, top)
+    stored = [_stored(item) for item in items]
+    return Turn(
+        system=system,
+        messages=messages,
+        items=stored,
+        kwargs=kw,
+        top_logprobs=top,
+        timings_per_token=req.timings_per_token,
+        return_progress=req.return_progress,
+    )
+
+
+def _top_logprobs(req: ResponsesRequest) -> int | None:
+    """How many alternatives each output token's logprobs show (None: no logprobs asked)."""
+    top = req.top_logprobs
+    if top is not None and not 0 <= top <= MAX_N_PROBS:
+        raise ApiError.bad_request(f"top_logprobs must be in [0, {MAX_N_PROBS}]", param="top_logprobs")
+    if top is None and LOGPROBS not in (req.include or ()):
+        return None
+    return top or 0
 
 
 def join_system(*parts: str | None) -> str | None:
@@ -242,13 +273,19 @@ def join_system(*parts: str | None) -> str | None:
 # --- reply -----------------------------------------------------------------------------------------
 
 
-def output_items(reply: Reply) -> list[dict[str, Any]]:
-    """The response's output: a reasoning item (if any), a message (if text, or nothing else), function calls."""
+def logprobs(probs: Sequence[TokenProb], top: int | None) -> list[dict[str, Any]]:
+    """OpenAI's `logprobs` of an output text part (llama-server's entries, `id` included); [] when not asked."""
+    return probs_json(probs, post=False, top=top) if top is not None else []
+
+
+def output_items(reply: Reply, top: int | None = None) -> list[dict[str, Any]]:
+    """The response's output: a reasoning item (if any), a message (if text, or nothing else), function calls;
+    `top`: the message's logprobs with that many alternatives per token (None: not asked)."""
     out: list[dict[str, Any]] = []
     if reply.reasoning:
         out.append(reasoning_item(new_id("rs"), reply.reasoning, "completed"))
     if reply.text or not reply.tool_calls:
-        out.append(message_item(new_id("msg"), reply.text, "completed"))
+        out.append(message_item(new_id("msg"), reply.text, "completed", logprobs(reply.probs, top)))
     for call in reply.tool_calls:
         args = json.dumps(call.arguments, ensure_ascii=False)
         out.append(function_item(new_id("fc"), call.id, call.name, args, "completed"))
@@ -260,13 +297,15 @@ def reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
-def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
-    content = [] if text is None else [text_part(text)]
+def message_item(
+    item_id: str, text: str | None, status: str, probs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    content = [] if text is None else [text_part(text, probs)]
     return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
 
 
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def text_part(text: str, probs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": probs or []}
 
 
 def function_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:

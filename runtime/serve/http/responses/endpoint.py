@@ -33,6 +33,7 @@ from runtime.errors import ResponseNotFound, SessionNotFound
 from runtime.log import get_logger
 from runtime.reply import Reply, Started, ToolCallDelta
 from runtime.serve.asgi import Scope, Send
+from runtime.serve.http.chat.convert import timings
 from runtime.serve.http.endpoint import Endpoint, Work, send_bytes
 from runtime.serve.http.errors import ApiError
 from runtime.serve.http.event_stream import relay
@@ -265,7 +266,7 @@ class ResponsesApi:
         length = reply.finish_reason == "length"
         final["status"] = "incomplete" if length else "completed"
         final["incomplete_details"] = {"reason": "max_output_tokens"} if length else None
-        final["output"] = rc.output_items(reply)
+        final["output"] = rc.output_items(reply, plan.turn.top_logprobs)
         reasoning = len(await rt.tokenize(reply.reasoning)) if reply.reasoning else 0
         final["usage"] = rc.usage(reply, reasoning)
         return final
@@ -290,18 +291,26 @@ class ResponsesApi:
     async def _stream(self, rt: Runtime, plan: _Plan, send: Send) -> None:
         items = cast(
             AsyncGenerator[str | ToolCallDelta | Started | Reply, None],
-            rt.complete_stream_started(plan.messages(), **self._kwargs(plan)),
+            rt.complete_stream_started(
+                plan.messages(), prefill_progress=plan.turn.return_progress, **self._kwargs(plan)
+            ),
         )
+        live = plan.turn.timings_per_token or plan.turn.return_progress
 
         async def end(writer: EventWriter, reply: Reply) -> bytes:
             final = await self._finish(rt, plan, reply)
-            last = writer.end(final)  # the output as streamed (its item ids)
+            last = writer.end(final, timings(reply) if live else None)  # the output as streamed (its item ids)
             await self._keep(plan, final)
             return last
 
         async with contextlib.aclosing(items):  # pieces: reasoning, answer text, or a piece of a function call
             await relay(
-                items, send, lambda: EventWriter(plan.response(self.state.model)), end, opening=EventWriter.start
+                items,
+                send,
+                lambda: EventWriter(plan.response(self.state.model), plan.turn.top_logprobs, live=live),
+                end,
+                opening=EventWriter.start,
+                progress=EventWriter.progress if plan.turn.return_progress else None,
             )
 
 

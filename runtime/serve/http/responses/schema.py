@@ -230,6 +230,8 @@ class ResponsesRequest(_Strict):
     conversation: Any = None
     prompt: Any = None
     # llama-server's extensions, as on chat completions
+    timings_per_token: bool = False  # streamed deltas carry `timings` so far
+    return_progress: bool = False  # streamed `response.in_progress` events with `prompt_progress`
     seed: int | None = None
     top_k: int | None = None
     min_p: float | None = None

@@ -26,8 +26,9 @@ import msgspec
 
 from runtime.log import get_logger
 from runtime.reasoning import Reasoning
-from runtime.reply import Started, ToolCallDelta
+from runtime.reply import ProbText, Progress, Started, ToolCallDelta
 from runtime.serve.http.errors import ApiError
+from runtime.serve.http.llama.live import TokenClock, progress_json
 from runtime.serve.http.responses import convert as rc
 
 __all__ = ["EventWriter"]
@@ -40,7 +41,9 @@ _encoder = msgspec.json.Encoder()
 class EventWriter:
     """The events of one streamed response. `output` holds the items announced, by output index."""
 
-    def __init__(self, response: dict[str, Any]) -> None:
+    def __init__(self, response: dict[str, Any], top_logprobs: int | None = None, *, live: bool = False) -> None:
+        self.top = top_logprobs  # logprobs asked: alternatives per token (None: not asked)
+        self.clock = TokenClock() if live else None  # llama-server's timings_per_token / return_progress
         self.response = response  # the response object in progress (status, output filled in at the end)
         self.seq = 0
         self.output: list[dict[str, Any]] = []
@@ -53,6 +56,17 @@ class EventWriter:
         body = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
         return b"event: " + kind.encode() + b"\ndata: " + _encoder.encode(body) + b"\n\n"
+
+    def progress(self, item: Started) -> bytes:
+        """llama-server's `response.in_progress` event with `prompt_progress` (a prefill `Progress` report)."""
+        if not isinstance(item, Progress):
+            return b""
+        extra: dict[str, Any] = {"prompt_progress": progress_json(item)}
+        if self.clock is not None:
+            self.clock.start(item)
+            extra["timings"] = self.clock.timings()
+        snapshot = {**self.response, "status": "in_progress", "output": []}
+        return self.event("response.in_progress", response=snapshot, **extra)
 
     def start(self, started: Started | None = None) -> bytes:
         """response.created and response.in_progress (sent as soon as the slot starts the turn)."""
@@ -82,8 +96,19 @@ class EventWriter:
             return out + self.event(
                 "response.reasoning_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text
             )
+        probs = rc.logprobs(piece.probs, self.top) if isinstance(piece, ProbText) else []
+        extra: dict[str, Any] = {}
+        if self.clock is not None:
+            self.clock.piece(piece)
+            extra["timings"] = self.clock.timings()
         return out + self.event(
-            "response.output_text.delta", item_id=item_id, output_index=i, content_index=0, delta=text, logprobs=[]
+            "response.output_text.delta",
+            item_id=item_id,
+            output_index=i,
+            content_index=0,
+            delta=text,
+            logprobs=probs,
+            **extra,
         )
 
     def _call(self, piece: ToolCallDelta) -> bytes:
@@ -165,7 +190,7 @@ class EventWriter:
                 return i
         return None
 
-    def end(self, final: dict[str, Any]) -> bytes:
+    def end(self, final: dict[str, Any], timings: dict[str, Any] | None = None) -> bytes:
         """The last events: the open item's done events, the final items no piece announced, then
         `response.completed` (or `.incomplete`) with `final`, whose output becomes the streamed one.
 
@@ -191,7 +216,7 @@ class EventWriter:
             used.add(j)
         final["output"] = list(self.output)
         kind = "response.completed" if final["status"] == "completed" else "response.incomplete"
-        return out + self.event(kind, response=final)
+        return out + self.event(kind, response=final, **({"timings": timings} if timings is not None else {}))
 
     def _whole(self, i: int, item: dict[str, Any]) -> bytes:
         """A whole item's events at once (one delta with all its text or arguments)."""
