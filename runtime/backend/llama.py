@@ -11,7 +11,7 @@ from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import WHOLE, GrammarSpec, RenderedChat, RenderOptions, SlotRequest, SlotResult, SlotStats
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.engine import Engine
@@ -82,21 +82,13 @@ class LlamaBackend:
         return cls(engine, slot, disk)
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
-        spans = spans or self.engine.needs_checkpoints
-        if session_id is None and (tools is not None or template_kwargs):  # no state to keep: one full render
-            rendered: RenderedChat = self.engine.render(
-                messages, spans=spans, tools=tools, template_kwargs=template_kwargs
-            )
+        kw = options.kwargs() | {"spans": options.spans or self.engine.needs_checkpoints}
+        if session_id is None and (options.tools is not None or options.template_kwargs):  # one full render
+            rendered: RenderedChat = self.engine.render(messages, **kw)
             return rendered
-        return self.prompts.render(messages, session_id, spans=spans, tools=tools, template_kwargs=template_kwargs)
+        return self.prompts.render(messages, session_id, **kw)
 
     def tool_format(self) -> ToolFormat:
         fmt: ToolFormat = self.engine.template.tool_format()

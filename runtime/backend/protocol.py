@@ -60,6 +60,25 @@ class RenderedChat:
         return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """How `SlotBackend.prepare` renders: with every message's start (`spans=False`: only if cheap, or if the
+    slot's checkpoints need them), and what goes to the chat template: `tools` and `template_kwargs` (a turn
+    that offers tools, reasoning controls)."""
+
+    spans: bool = True
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """As the renderers' keyword arguments."""
+        return {"spans": self.spans, "tools": self.tools, "template_kwargs": self.template_kwargs}
+
+
+WHOLE = RenderOptions()
+"""Every message's start, no tools, no extra template variables."""
+
+
 @dataclass
 class SlotRequest:
     """One completion for the slot: a tokenized prompt and how to generate."""
@@ -157,17 +176,10 @@ class SlotBackend(Protocol):
     name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
-        """Render and tokenize a conversation with every message's start (`spans=False`: only if cheap, or
-        if the slot's checkpoints need them); `session_id` keeps the result for the session's next turn.
-        `tools` and `template_kwargs` go to the chat template (a turn that offers tools)."""
+        """Render and tokenize a conversation as `options` say; `session_id` keeps the result for the
+        session's next turn."""
         ...
 
     def tool_format(self) -> ToolFormat:

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
+from runtime.backend.protocol import RenderedChat, RenderOptions, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
 from runtime.loop import turn_kinds
@@ -164,10 +164,10 @@ class TurnRunner:
     ) -> RenderedChat:
         """The whole conversation rendered for no session (with the tools' plan, when tools are offered)."""
         if tools is None:
-            return self.backend.prepare(messages, spans=spans, template_kwargs=variables or None)
+            return self.backend.prepare(messages, options=RenderOptions(spans, template_kwargs=variables or None))
         plan = tools.render_plan(messages)
         kwargs = {**variables, **(plan.kwargs or {})}
-        return self.backend.prepare(plan.messages, spans=spans, tools=plan.tools, template_kwargs=kwargs or None)
+        return self.backend.prepare(plan.messages, options=RenderOptions(spans, plan.tools, kwargs or None))
 
     def _run_in_slot(
         self,

@@ -27,9 +27,11 @@ import msgspec
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
 from runtime.backend.protocol import (
+    WHOLE,
     EngineInfo,
     GrammarSpec,
     RenderedChat,
+    RenderOptions,
     SlotBackend,
     SlotRequest,
     SlotResult,
@@ -180,20 +182,14 @@ class CassetteBackend:
     # --- SlotBackend ---------------------------------------------------------------------------------
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
         side = self._side()
-        kw: dict[str, Any] = {"spans": spans, "tools": tools, "template_kwargs": template_kwargs}
+        kw = options.kwargs()
         if isinstance(side, _Replay):
             rendered = side.template.render([dict(m) for m in messages], **kw)
         else:
-            rendered = side.prepare(messages, session_id, **kw)
+            rendered = side.prepare(messages, session_id, options)
         self._last = ((messages, session_id), kw, rendered.text, not isinstance(side, _Replay))
         return rendered
 
