@@ -14,7 +14,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import EngineInfo, SlotBackend, SlotStats
+from runtime.backend.protocol import EngineInfo, RenderOptions, SlotBackend, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub
@@ -486,12 +486,8 @@ class Runtime(SessionOps):
         def render() -> str:
             fmt = backend.reasoning_format()
             variables = {**controls.template_variables(fmt), **given}
-            text = backend.apply_template(
-                messages,
-                tools=specs,
-                add_generation_prompt=add_generation_prompt,
-                chat_template_kwargs=variables or None,
-            )
+            options = RenderOptions(tools=specs, template_kwargs=variables or None)
+            text = backend.apply_template(messages, options, add_generation_prompt)
             return thinking_off_prefill(text, fmt) if add_generation_prompt and controls.mode == "off" else text
 
         return await anyio.to_thread.run_sync(render)

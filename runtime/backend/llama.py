@@ -98,15 +98,13 @@ class LlamaBackend:
         check_grammar(self.engine, spec)
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         text: str = self.engine.template.render_text(
-            messages, add_generation_prompt=add_generation_prompt, tools=tools, template_kwargs=chat_template_kwargs
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=options.tools,
+            template_kwargs=options.template_kwargs,
         )
         return text
 

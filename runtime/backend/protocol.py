@@ -187,14 +187,10 @@ class SlotBackend(Protocol):
         ...
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
-        """The prompt text the chat template gives (llama-server's /apply-template; pure: any thread)."""
+        """The prompt text the chat template gives with `options`' tools and variables (llama-server's
+        /apply-template; pure: any thread)."""
         ...
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:

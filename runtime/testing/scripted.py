@@ -164,16 +164,11 @@ class ScriptedBackend:
         return "assistant: "
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         if self.template is not None:
-            gen, kw = add_generation_prompt, chat_template_kwargs
-            return self.template(messages, tools=tools, add_generation_prompt=gen, chat_template_kwargs=kw)
+            gen, kw = add_generation_prompt, options.template_kwargs
+            return self.template(messages, tools=options.tools, add_generation_prompt=gen, chat_template_kwargs=kw)
         text = "".join(_line(m) for m in messages)
         return text + "assistant: " if add_generation_prompt else text
 
@@ -197,7 +192,7 @@ class ScriptedBackend:
         self._prepared = [dict(m) for m in messages]
         self.template_kwargs = options.template_kwargs  # what the last render was given (tests read it)
         if self.template is not None:  # a real template: no message spans (no checkpoints to place here)
-            text = self.apply_template(messages, tools=options.tools, chat_template_kwargs=options.template_kwargs)
+            text = self.apply_template(messages, options)
             return RenderedChat(text=text, tokens=char_tokens(text), message_starts=[], roles=[])
         parts = [_line(m) for m in messages]
         starts = list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []

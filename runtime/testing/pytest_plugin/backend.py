@@ -258,19 +258,13 @@ class CassetteBackend:
         return side.reasoning if isinstance(side, _Replay) else side.reasoning_format()
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         side = self._side()
-        gen, kw = add_generation_prompt, chat_template_kwargs
         if isinstance(side, _Replay):
-            listed = [dict(m) for m in messages]
-            return side.template.render_text(listed, add_generation_prompt=gen, tools=tools, template_kwargs=kw)
-        return side.apply_template(messages, tools=tools, add_generation_prompt=gen, chat_template_kwargs=kw)
+            listed, gen, kw = [dict(m) for m in messages], add_generation_prompt, options.template_kwargs
+            return side.template.render_text(listed, add_generation_prompt=gen, tools=options.tools, template_kwargs=kw)
+        return side.apply_template(messages, options, add_generation_prompt)
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         side = self._side()
