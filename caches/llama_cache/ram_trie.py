@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
 from caches.llama_cache.disk import LlamaDiskCache
-from caches.llama_cache.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
 from runtime.log import get_logger
 
 if TYPE_CHECKING:
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BaseLlamaCache",
-    "HybridCheckpoint",
-    "HybridCheckpointCache",
     "LlamaCache",
     "LlamaDiskCache",
     "LlamaRAMCache",
@@ -67,10 +64,6 @@ class LlamaRAMCache(BaseLlamaCache):
 
     def __len__(self) -> int:
         return len(self.cache_state)
-
-    def __bool__(self) -> bool:
-        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
-        return True
 
     def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
         best_len, best_key = 0, None
@@ -171,10 +164,6 @@ class LlamaTrieCache(BaseLlamaCache):
 
     def __len__(self) -> int:
         return len(self.lru_tracker)
-
-    def __bool__(self) -> bool:
-        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
-        return True
 
     def _find_longest_prefix_node(self, key: tuple[int, ...]) -> tuple[TrieNode | None, tuple[int, ...] | None]:
         node = self.root
