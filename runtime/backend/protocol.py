@@ -147,21 +147,21 @@ class SlotResult:
 
 class SlotStats(msgspec.Struct, frozen=True, kw_only=True):
     """A backend's counters since it was made (a snapshot): tokens, where reused states came from, and
-    what its caches hold now. A backend without a cache tier reports 0 for it."""
+    what its caches hold now. A backend without a cache tier reports 0 for it (every count defaults to 0)."""
 
-    requests: int
-    prompt_tokens: int
-    cached_tokens: int  # llama-server's cache_n, summed
-    prefilled_tokens: int  # llama-server's prompt_n, summed
-    generated_tokens: int
-    swaps: int  # prompt cache updates that replaced the slot's state
-    ram_loads: int
-    disk_loads: int
-    checkpoint_restores: int
-    checkpoints: int
-    slot_tokens: int
-    ram_entries: int
-    ram_bytes: int
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # llama-server's cache_n, summed
+    prefilled_tokens: int = 0  # llama-server's prompt_n, summed
+    generated_tokens: int = 0
+    swaps: int = 0  # prompt cache updates that replaced the slot's state
+    ram_loads: int = 0
+    disk_loads: int = 0
+    checkpoint_restores: int = 0
+    checkpoints: int = 0
+    slot_tokens: int = 0
+    ram_entries: int = 0
+    ram_bytes: int = 0
     ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
     draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
     draft_n_accepted: int = 0

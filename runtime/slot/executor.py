@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import structlog
 
@@ -48,7 +48,7 @@ log = get_logger(__name__)
 
 @dataclass
 class _Counters:
-    """What the slot counts as it runs (the tiered cache counts its own loads)."""
+    """What the slot counts as it runs, named as in `SlotStats` (the tiered cache counts its own loads)."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -120,24 +120,17 @@ class Slot:
         self.last = LastToken(engine, on=rules.defer_last_token)
 
     def stats(self) -> SlotStats:
-        n, c = self._n, self.cache.stats()
+        c = self.cache.stats()
         return SlotStats(
-            requests=n.requests,
-            prompt_tokens=n.prompt_tokens,
-            cached_tokens=n.cached_tokens,
-            prefilled_tokens=n.prefilled_tokens,
-            generated_tokens=n.generated_tokens,
+            **asdict(self._n),  # the slot's own counts, named as in SlotStats
             swaps=c.swaps,
             ram_loads=c.ram_loads,
             disk_loads=c.disk_loads,
-            checkpoint_restores=n.checkpoint_restores,
             checkpoints=len(self.checkpoints),
             slot_tokens=len(self.tokens),
             ram_entries=c.ram_entries,
             ram_bytes=c.ram_bytes,
             ram_held_bytes=c.ram_bytes if self.blocks is None else self._held_bytes(),
-            draft_n=n.draft_n,
-            draft_n_accepted=n.draft_n_accepted,
         )
 
     def _held_bytes(self) -> int:

@@ -258,14 +258,7 @@ class ScriptedBackend:
             cached_tokens=n.cached_tokens,
             prefilled_tokens=n.prompt_tokens - n.cached_tokens,
             generated_tokens=n.generated_tokens,
-            swaps=0,
-            ram_loads=0,
-            disk_loads=0,
-            checkpoint_restores=0,
-            checkpoints=0,
             slot_tokens=len(self.tokens),
-            ram_entries=0,
-            ram_bytes=0,
         )
 
     def disk_stats(self) -> DiskTierStats | None:

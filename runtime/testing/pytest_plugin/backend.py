@@ -82,21 +82,7 @@ class Counters:
             setattr(self, f.name, getattr(self, f.name) + other.get(f.name, 0))
 
 
-_EMPTY = SlotStats(
-    requests=0,
-    prompt_tokens=0,
-    cached_tokens=0,
-    prefilled_tokens=0,
-    generated_tokens=0,
-    swaps=0,
-    ram_loads=0,
-    disk_loads=0,
-    checkpoint_restores=0,
-    checkpoints=0,
-    slot_tokens=0,
-    ram_entries=0,
-    ram_bytes=0,
-)
+_EMPTY = SlotStats()
 _PIECES = re.compile(r"\s*\S+|\s+$")
 
 
