@@ -28,7 +28,7 @@ import msgspec
 
 from caches.disk.format import Buffer
 from caches.disk.tier import DiskTier
-from caches.prompt_cache import Entry, PromptCache, pick_better, plan_save
+from caches.prompt_cache import Entry, PromptCache, pick_better
 from caches.tokens import lcp
 from runtime.log import get_logger
 
@@ -226,10 +226,12 @@ class TieredCache(Generic[S]):
             return self._plan_longest(self.lookup, slot, prompt, kept, slot_nbytes)
         if not PromptCache.wants_update(slot, prompt, self.similarity):
             return CachePlan(None, None, n_prompt, _cap(kept, n_prompt))
-        save = self._plan_save(slot, slot_nbytes, self.ram.entries if self.ram is not None else ())
+        save, gone = self._plan_save(slot, slot_nbytes)
         load: Load[S] | None = None
         if self.ram is not None:
-            alive = self._after_save(save, self.ram.entries)  # llama-server saves first, then loads
+            # llama-server saves first, then loads: from the entries the save leaves (not those the slot holds
+            # whole, which never beat it)
+            alive = [e for e in self.ram.entries if not any(e is g for g in gone)]
             i = pick_better([e.tokens for e in alive], slot, prompt)
             if i is not None:
                 entry = alive[i]
@@ -264,34 +266,29 @@ class TieredCache(Generic[S]):
             # it leaves RAM with this load: out before the save, so that no other entry goes for its bytes
             early = ram is not None and ram.counts_held and whole and lcp(entry.tokens, slot) < len(slot)
             load = Load("ram", choice.kept, entry, leaves_ram=whole, early=early)
-            entries = tuple(e for e in entries if e is not entry) if early else entries
         elif choice is not None:
             load = Load("disk", choice.kept, better_than=choice.kept - 1, prompt=tuple(prompt))
         lost = len(slot) - (lcp(slot, choice.tokens) if choice is not None else slot_kept)
         worth = lost > 0 and rule.worth_saving(lost, slot_nbytes)
-        save = self._plan_save(slot, slot_nbytes, entries) if worth else None
+        early_out = load.entry if load is not None and load.early else None
+        save = self._plan_save(slot, slot_nbytes, early_out)[0] if worth else None
         return CachePlan(save, load, n_prompt, _cap(choice.kept if choice is not None else slot_kept, n_prompt))
 
-    def _plan_save(self, slot: tuple[int, ...], nbytes: int, entries: Sequence[Entry[S]]) -> Save | None:
-        """Where the slot's state goes if it is saved: RAM (`plan_save`), else the disk tier when it is too large
-        for RAM (or there is no RAM cache); None for an empty slot."""
+    def _plan_save(
+        self, slot: tuple[int, ...], nbytes: int, without: Entry[S] | None = None
+    ) -> tuple[Save | None, tuple[Entry[S], ...]]:
+        """Where the slot's state goes if it is saved: RAM (as `PromptCache.plan_store` says, `without` an entry
+        that leaves first), else the disk tier when it is too large for RAM (or there is no RAM cache); None for
+        an empty slot. Also the RAM entries that saving it evicts for room."""
         if not slot:
-            return None
-        ram = self.ram
-        sizes = [(e.tokens, e.nbytes) for e in entries]
-        to_ram = ram is not None and plan_save(sizes, slot, nbytes, ram.limit_bytes).store
+            return None, ()
+        ram, to_ram = self.ram, False
+        evicts: tuple[Entry[S], ...] = ()
+        if ram is not None:
+            plan, evicts = ram.plan_store(slot, nbytes, without)
+            to_ram = plan.store
         spill = not to_ram and self.disk is not None and (ram is None or 0 < ram.limit_bytes < nbytes)
-        return Save(slot, nbytes, to_ram, spill)
-
-    def _after_save(self, save: Save | None, entries: Sequence[Entry[S]]) -> Sequence[Entry[S]]:
-        """The RAM entries left once `save` is stored: without those it holds whole and the oldest it evicts for
-        room (with the limits counting held bytes, the evictions follow the save and are not foreseen here)."""
-        ram = self.ram
-        if save is None or not save.to_ram or ram is None:
-            return entries
-        p = plan_save([(e.tokens, e.nbytes) for e in entries], save.tokens, save.nbytes, ram.limit_bytes)
-        rest = [e for i, e in enumerate(entries) if i not in p.drop]
-        return rest if ram.counts_held else rest[p.evict :]
+        return Save(slot, nbytes, to_ram, spill), evicts
 
     def apply(self, plan: CachePlan[S], state: S | None) -> Fetched[S]:
         """Carry out the cache's side of `plan`: store `state` (the slot's copy when `plan.save` needs one; None:
