@@ -197,7 +197,7 @@ class TieredCache(Generic[S]):
         retain_partial: bool = True,
         lookup: LookupRule[S] | None = None,
     ) -> None:
-        """`lookup` None: llama-server's rule (`update`); a rule: turnstile's longest-state lookup."""
+        """`lookup` None: llama-server's prompt cache update (`plan`); a rule: turnstile's longest-state lookup."""
         self.ram = ram
         self.disk = disk
         self.codec = codec
