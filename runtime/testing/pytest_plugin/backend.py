@@ -83,6 +83,7 @@ class Counters:
 
 
 _EMPTY = SlotStats()
+_Args = tuple[Sequence[Mapping[str, Any]], str | None]  # prepare's messages and session id
 _PIECES = re.compile(r"\s*\S+|\s+$")
 
 
@@ -127,7 +128,7 @@ class CassetteBackend:
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
         self._replays: dict[str, _Replay] = {}
-        self._last: tuple[tuple[Any, ...], dict[str, Any], str, bool] | None = None  # prepare's args, text, real
+        self._last: tuple[_Args, RenderOptions, str, bool] | None = None  # prepare's args, text, real
 
     # --- which side renders --------------------------------------------------------------------------
 
@@ -171,20 +172,19 @@ class CassetteBackend:
         self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
         side = self._side()
-        kw = options.kwargs()
         if isinstance(side, _Replay):
-            rendered = side.template.render([dict(m) for m in messages], **kw)
+            rendered = side.template.render([dict(m) for m in messages], **options.kwargs())
         else:
             rendered = side.prepare(messages, session_id, options)
-        self._last = ((messages, session_id), kw, rendered.text, not isinstance(side, _Replay))
+        self._last = ((messages, session_id), options, rendered.text, not isinstance(side, _Replay))
         return rendered
 
     def run(self, req: SlotRequest) -> SlotResult:
         assert self._last is not None, "prepare comes right before run"
-        (args, kw, text, real), self._last = self._last, None
+        (args, options, text, real), self._last = self._last, None
         ctx = self.context if self.context is not None else TestContext("", "", None, "live")
         if ctx.cassette is None:
-            return self._model_run(req, args, kw, real)
+            return self._model_run(req, args, options, real)
         request = _request(req)
         key = request_key(self.fingerprint(), text, request)
         entry = ctx.cassette.entries.get(key) if ctx.mode != "record_all" else None
@@ -197,7 +197,7 @@ class CassetteBackend:
         if ctx.mode == "replay":
             session = req.session_id.removeprefix(ctx.prefix)
             raise RecordingNotFound(ctx.nodeid, session, ctx.cassette.nearest(text, request, ctx.nodeid, session))
-        result = self._model_run(req, args, kw, real)
+        result = self._model_run(req, args, options, real)
         if result.finish_reason != "cancelled":
             inner: Any = self.inner
             settings = {**inner.engine.template.settings(), "generation_prompt": inner.generation_prompt()}
@@ -214,10 +214,10 @@ class CassetteBackend:
             self.counters.recorded += 1
         return result
 
-    def _model_run(self, req: SlotRequest, args: tuple[Any, ...], kw: dict[str, Any], real: bool) -> SlotResult:
+    def _model_run(self, req: SlotRequest, args: _Args, options: RenderOptions, real: bool) -> SlotResult:
         inner = self.loaded()
         if not real:  # rendered from the cassette: the model's own tokens now
-            rendered = inner.prepare(*args, **kw)
+            rendered = inner.prepare(*args, options)
             req = dataclasses.replace(req, prompt=rendered.tokens, user_starts=rendered.user_starts)
         start = time.perf_counter()
         result = inner.run(req)
