@@ -105,8 +105,8 @@ class SwapMeter:
     moved: int = 0
 
     def wrap(self, system: _systems.TurnstileSystem) -> None:
-        cache = system.rt.backend.slot.cache  # type: ignore[attr-defined]
-        update: Callable[..., Swap] = cache.update
+        slot = system.rt.backend.slot  # type: ignore[attr-defined]
+        update: Callable[..., Swap] = slot._use_cache  # plan, save, load: the whole cache step
 
         def timed(*args: Any, **kwargs: Any) -> Swap:
             t0 = time.perf_counter()
@@ -115,7 +115,7 @@ class SwapMeter:
             self.moved += swap.saved + swap.restored
             return swap
 
-        cache.update = timed
+        slot._use_cache = timed
 
 
 def play(

@@ -282,12 +282,25 @@ class PromptCache(Generic[S]):
     def n_tokens(self) -> int:
         return sum(len(e.tokens) for e in self._entries)
 
+    def plan_store(
+        self, slot: Sequence[int], nbytes: int, without: Entry[S] | None = None
+    ) -> tuple[SavePlan, tuple[Entry[S], ...]]:
+        """What `save` would do, changing nothing: its plan and the entries it would evict to make room (with
+        `held`, none here: those victims are chosen once the new entry is in). `without`: as if that entry were
+        gone first."""
+        entries = [e for e in self._entries if e is not without]
+        plan = plan_save([(e.tokens, e.nbytes) for e in entries], slot, nbytes, self.limit_bytes)
+        if not plan.store or self._held is not None:
+            return plan, ()
+        rest = [e for i, e in enumerate(entries) if i not in plan.drop]
+        return plan, tuple(rest[: plan.evict])  # the oldest (llama-server's alloc)
+
     def save(self, slot: Sequence[int], nbytes: int, state: Callable[[], S]) -> bool:
         """Store the slot (`state()` is called only if it is stored); True if stored.
 
-        Entries evicted to make room are queued for `update()` / `drain_evicted()`.
+        Entries evicted to make room (`plan_store`) are queued for `update()` / `drain_evicted()`.
         """
-        plan = plan_save([(e.tokens, e.nbytes) for e in self._entries], slot, nbytes, self.limit_bytes)
+        plan, victims = self.plan_store(slot, nbytes)
         if not plan.store:
             self._skipped += 1
             if plan.reason == "too_large":
@@ -300,8 +313,7 @@ class PromptCache(Generic[S]):
             self._replaced += len(plan.drop)
             self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
             log.debug("prompt_cache.replaced", count=len(plan.drop))
-        if self._held is None:
-            self._evict_oldest(plan.evict)  # held: once the entry is in, below
+        self._evict([i for i, e in enumerate(self._entries) if any(e is v for v in victims)])  # held: below
         try:
             value = state()
         except MemoryError:

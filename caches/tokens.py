@@ -46,8 +46,8 @@ def keeps_enough(n_kept: int, n_tokens: int) -> bool:
     return fdiv(n_kept, n_tokens) >= KEEP_MIN
 
 
-def lcp(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
-    """Length of the longest common prefix of two token sequences (or two bytes strings).
+def lcp(a: Sequence[object], b: Sequence[object]) -> int:
+    """Length of the longest common prefix of two token sequences (or two bytes strings, or two strings).
 
     Compares slices (C loops) and bisects on the first mismatch instead of a Python loop per token:
     O(K) element comparisons, O(log K) Python steps. Bytes: one XOR of the two as big integers, whose
@@ -57,7 +57,7 @@ def lcp(a: Sequence[int] | bytes, b: Sequence[int] | bytes) -> int:
         n = min(len(a), len(b))
         diff = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
         return n - (diff.bit_length() + 7) // 8
-    if not isinstance(a, list | tuple) or type(a) is not type(b):
+    if not isinstance(a, list | tuple | str) or type(a) is not type(b):
         a, b = list(a), list(b)
     n = min(len(a), len(b))
     if n == 0 or a[0] != b[0]:

@@ -15,10 +15,12 @@ import msgspec
 
 from caches.disk.tier import DiskTierStats
 from runtime.backend.protocol import Embeddings, EngineInfo, SlotBackend, SlotFile, SlotFiles, SlotStats
+from runtime.backend.protocol import RenderOptions
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub
 from runtime.log import get_logger
+from runtime.loop import turn_kinds as tk
 from runtime.loop import validate as v
 from runtime.loop.engine_view import EngineView, build_view
 from runtime.loop.options import (
@@ -35,12 +37,12 @@ from runtime.loop.scheduler import Job, Scheduler, SchedulerStats
 from runtime.loop.session_ops import SessionOps
 from runtime.loop.slot_thread import SlotThread
 from runtime.loop.stream import Piece, Pieces, follow
-from runtime.loop.turns import Turn, TurnRunner, predicted_cost
+from runtime.loop.turn_kinds import Turn
+from runtime.loop.turns import TurnRunner, predicted_cost
 from runtime.model_info import ModelInfo, model_info
 from runtime.reasoning.formats import thinking_off_prefill
 from runtime.reply import Progress, Reply, Started
-from runtime.types import RequestKind
-from sessions import DiskStore, MemoryStore, Session
+from sessions import DiskStore, MemoryStore
 from sessions.store import SessionStore
 
 log = get_logger(__name__)
@@ -291,7 +293,7 @@ class Runtime(SessionOps):
     async def regenerate(self, session_id: str, **options: Unpack[TurnOptions]) -> Reply:
         """Replace the last reply with a new one for the same user message (or tool results)."""
         opts = self._options(options)
-        turn = Turn(RequestKind.REGENERATE, None, opts.sampling, constraints=opts.constraints)
+        turn = tk.Regenerate(overrides=opts.sampling, constraints=opts.constraints)
         return await self._run_turn(session_id, turn, opts)
 
     async def edit(self, session_id: str, index: int, content: str, **options: Unpack[TurnOptions]) -> Reply:
@@ -299,7 +301,7 @@ class Runtime(SessionOps):
         `regenerate`, constraints included)."""
         opts = self._options(options)
         text, at = v.check_text(content, "content"), v.check_index(index)
-        turn = Turn(RequestKind.EDIT, text, opts.sampling, index=at, constraints=opts.constraints)
+        turn = tk.Edit(overrides=opts.sampling, constraints=opts.constraints, index=at, message=text)
         return await self._run_turn(session_id, turn, opts)
 
     async def stream(
@@ -428,16 +430,7 @@ class Runtime(SessionOps):
         if len(tokens) >= self.backend.n_ctx:
             raise ContextOverflow(len(tokens), self.backend.n_ctx)
         sid = f"@stateless:{next(self._anonymous)}"
-        turn = Turn(
-            RequestKind.COMPLETE,
-            None,
-            opts.sampling,
-            pieces,
-            conversation=Session.new(sid),
-            commit=False,
-            constraints=opts.constraints,
-            prompt=tokens,
-        )
+        turn = tk.CompletePrompt(overrides=opts.sampling, pieces=pieces, constraints=opts.constraints, prompt=tokens)
         return self._submit(sid, turn, opts.timeout)
 
     def _options(self, options: TurnOptions) -> CheckedOptions:
@@ -451,9 +444,12 @@ class Runtime(SessionOps):
         """A chat turn: a message or the results of the last reply's tool calls, checked."""
         if (message is None) == (tool_results is None):
             raise InvalidRequest("give either a message or tool_results")
-        results = v.check_tool_results(tool_results) if tool_results is not None else None
-        text = v.check_text(message) if message is not None else None
-        return Turn(RequestKind.CHAT, text, opts.sampling, pieces, constraints=opts.constraints, tool_results=results)
+        if tool_results is not None:
+            results = v.check_tool_results(tool_results)
+            return tk.ToolResults(overrides=opts.sampling, pieces=pieces, constraints=opts.constraints, results=results)
+        return tk.Chat(
+            overrides=opts.sampling, pieces=pieces, constraints=opts.constraints, message=v.check_text(message)
+        )
 
     def _submit_complete(
         self, messages: object, session_id: str | None, opts: CheckedOptions, pieces: Pieces | None, namespace: str
@@ -468,14 +464,12 @@ class Runtime(SessionOps):
         except InvalidRequest:
             self._check_fits(messages)  # a history too long for the context says so first, as llama-server
             raise
-        turn = Turn(
-            RequestKind.COMPLETE,
-            None,
-            opts.sampling,
-            pieces,
-            conversation=conversation,
-            commit=session_id is not None,
+        turn = tk.Complete(
+            overrides=opts.sampling,
+            pieces=pieces,
             constraints=opts.constraints,
+            conversation=conversation,
+            stored=session_id is not None,
         )
         return self._submit(sid, turn, opts.timeout)
 
@@ -501,7 +495,7 @@ class Runtime(SessionOps):
 
     def _submit(self, session_id: str, turn: Turn, timeout: float | None) -> Job[Reply]:
         """Queue a checked turn (its session id checked here; nothing is created or queued if a check fails)."""
-        if not (turn.kind is RequestKind.COMPLETE and not turn.commit):
+        if turn.commit:  # a completion that stores nothing has an id made here
             v.check_session_id(session_id)
         if self._closed:
             raise RuntimeClosed("the runtime is closed")
@@ -532,12 +526,8 @@ class Runtime(SessionOps):
         def render() -> str:
             fmt = backend.reasoning_format()
             variables = {**controls.template_variables(fmt), **given}
-            text = backend.apply_template(
-                messages,
-                tools=specs,
-                add_generation_prompt=add_generation_prompt,
-                chat_template_kwargs=variables or None,
-            )
+            options = RenderOptions(tools=specs, template_kwargs=variables or None)
+            text = backend.apply_template(messages, options, add_generation_prompt)
             return thinking_off_prefill(text, fmt) if add_generation_prompt and controls.mode == "off" else text
 
         return await anyio.to_thread.run_sync(render)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import builtins
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Protocol, Self, TypeVar, Unpack
 
 import msgspec
 
@@ -32,7 +32,7 @@ from runtime.errors import (
 )
 from runtime.log import get_logger
 from sessions import history
-from sessions.model import ContextPolicy, Sampling, Session, check_session_id, validate
+from sessions.model import NewSession, Session, check_session_id, validate
 from sessions.record import decode_record
 
 log = get_logger(__name__)
@@ -115,19 +115,9 @@ class StoreBase(ABC):
 
     # --- basic operations -------------------------------------------------------------------------
 
-    def create(
-        self,
-        id: str,
-        *,
-        system: str | None = None,
-        sampling: Sampling | Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        context: ContextPolicy | None = None,
-    ) -> Session:
+    def create(self, id: str, **fields: Unpack[NewSession]) -> Session:
         """Create a session at revision 0; `SessionExists` if the id is taken."""
-        session = Session.new(
-            id, system=system, sampling=sampling, metadata=metadata, now=self._clock(), context=context
-        )
+        session = Session.new(id, now=self._clock(), **fields)
 
         def txn(records: Records) -> None:
             if records.contains(id):

@@ -11,7 +11,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict, Unpack
 
 import msgspec
 
@@ -291,6 +291,16 @@ def reasoning_problem(name: str, value: Any) -> str | None:
     return "not a reasoning control"
 
 
+class NewSession(TypedDict, total=False):
+    """What a new session may set besides its id (`Session.new`, `SessionStore.create`)."""
+
+    system: str | None
+    sampling: Sampling | Mapping[str, Any] | None
+    """A `Sampling`, or a mapping of overrides."""
+    metadata: Mapping[str, Any] | None
+    context: ContextPolicy | None
+
+
 class Session(msgspec.Struct, frozen=True, kw_only=True):
     """One conversation: the system prompt apart, then user, assistant and tool messages in order.
 
@@ -334,18 +344,10 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidSession(f"revision {self.revision!r} is not an int >= 0")
 
     @classmethod
-    def new(
-        cls,
-        id: str,
-        *,
-        system: str | None = None,
-        sampling: Sampling | Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        now: float | None = None,
-        context: ContextPolicy | None = None,
-    ) -> Session:
-        """A fresh session at revision 0; `sampling` may be a `Sampling` or a mapping of overrides."""
+    def new(cls, id: str, *, now: float | None = None, **fields: Unpack[NewSession]) -> Session:
+        """A fresh session at revision 0, made at `now` (default: the time now); see `NewSession`."""
         check_session_id(id)
+        sampling = fields.get("sampling")
         if sampling is None:
             sampling = Sampling()
         elif not isinstance(sampling, Sampling):
@@ -353,12 +355,12 @@ class Session(msgspec.Struct, frozen=True, kw_only=True):
         stamp = time.time() if now is None else now
         return cls(
             id=id,
-            system=system,
+            system=fields.get("system"),
             sampling=sampling,
-            metadata=dict(metadata or {}),
+            metadata=dict(fields.get("metadata") or {}),
             created=stamp,
             updated=stamp,
-            context=context,
+            context=fields.get("context"),
         )
 
     def chat_messages(self) -> list[dict[str, Any]]:

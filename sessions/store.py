@@ -9,29 +9,21 @@ from __future__ import annotations
 import builtins
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, Unpack, runtime_checkable
 
 import msgspec
 
 from sessions.base import LockedStore
-from sessions.model import ContextPolicy, Sampling, Session
+from sessions.model import NewSession, Session
 
 
 @runtime_checkable
 class SessionStore(Protocol):
     """Where sessions are kept; `MemoryStore`, `DiskStore` and `RedisStore` implement it."""
 
-    def create(
-        self,
-        id: str,
-        *,
-        system: str | None = None,
-        sampling: Sampling | Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        context: ContextPolicy | None = None,
-    ) -> Session: ...
+    def create(self, id: str, **fields: Unpack[NewSession]) -> Session: ...
 
     def get(self, id: str) -> Session: ...
 

@@ -67,6 +67,10 @@ class BaseLlamaCache(_upstream.BaseLlamaCache):
         """Current size of the cache in bytes."""
         raise NotImplementedError
 
+    def __bool__(self) -> bool:
+        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
+        return True
+
     def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
         """The cached key that best matches `key` (a placeholder here; subclasses override it)."""
         return None

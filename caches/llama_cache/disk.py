@@ -165,10 +165,6 @@ class LlamaDiskCache(BaseLlamaCache):
     def __len__(self) -> int:
         return len(self.cache)
 
-    def __bool__(self) -> bool:
-        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
-        return True
-
     def close(self) -> None:
         """Close the diskcache handle (the directory and its entries stay)."""
         self.cache.close()

@@ -22,12 +22,11 @@ level for a cache made with `verbose=True`. The caches are not thread-safe: one 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from caches.llama_cache.base import DEFAULT_CAPACITY_BYTES, BaseLlamaCache, common_prefix_len, state_nbytes
 from caches.llama_cache.disk import LlamaDiskCache
-from caches.llama_cache.hybrid_checkpoint import HybridCheckpoint, HybridCheckpointCache
 from runtime.log import get_logger
 
 if TYPE_CHECKING:
@@ -35,8 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BaseLlamaCache",
-    "HybridCheckpoint",
-    "HybridCheckpointCache",
     "LlamaCache",
     "LlamaDiskCache",
     "LlamaRAMCache",
@@ -46,18 +43,18 @@ __all__ = [
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
+
 
 def _event(verbose: bool, event: str, **kw: Any) -> None:
     (log.info if verbose else log.debug)(event, **kw)
 
 
-class LlamaRAMCache(BaseLlamaCache):
-    """In-memory LRU cache of `LlamaState`s; lookup by longest non-empty common prefix (linear scan)."""
+class _InMemory(BaseLlamaCache):
+    """What the two in-memory caches share: their byte count, their verbosity, and the save-then-evict step."""
 
-    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, verbose: bool = False) -> None:
+    def __init__(self, capacity_bytes: int, verbose: bool) -> None:
         super().__init__(capacity_bytes)
-        self.cache_state: OrderedDict[tuple[int, ...], LlamaState] = OrderedDict()
-        self._sizes: dict[tuple[int, ...], int] = {}
         self._current_size = 0
         self.verbose = verbose
 
@@ -65,12 +62,51 @@ class LlamaRAMCache(BaseLlamaCache):
     def cache_size(self) -> int:
         return self._current_size
 
+    def _saved(
+        self,
+        kind: str,
+        key: tuple[int, ...],
+        size: int,
+        replaced: bool,
+        lru: OrderedDict[tuple[int, ...], T],
+        drop: Callable[[tuple[int, ...], T], int],
+    ) -> None:
+        """After a save: log it, then evict the least recently used (`lru`, oldest first; `drop` forgets a key
+        and its value taken out of `lru`, and returns the bytes it freed) while over the capacity."""
+        _event(
+            self.verbose,
+            "llama_cache.save",
+            cache=kind,
+            key_len=len(key),
+            nbytes=size,
+            replaced=replaced,
+            cache_size=self._current_size,
+        )
+        while self._current_size > self.capacity_bytes and lru:
+            evicted, value = lru.popitem(last=False)
+            freed = drop(evicted, value)
+            _event(
+                self.verbose,
+                "llama_cache.evict",
+                cache=kind,
+                key_len=len(evicted),
+                nbytes=freed,
+                cache_size=self._current_size,
+            )
+        if not lru:
+            self._current_size = 0
+
+
+class LlamaRAMCache(_InMemory):
+    """In-memory LRU cache of `LlamaState`s; lookup by longest non-empty common prefix (linear scan)."""
+
+    def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, verbose: bool = False) -> None:
+        super().__init__(capacity_bytes, verbose)
+        self.cache_state: OrderedDict[tuple[int, ...], LlamaState] = OrderedDict()
+        self._sizes: dict[tuple[int, ...], int] = {}
+
     def __len__(self) -> int:
         return len(self.cache_state)
-
-    def __bool__(self) -> bool:
-        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
-        return True
 
     def _find_longest_prefix_key(self, key: tuple[int, ...]) -> tuple[int, ...] | None:
         best_len, best_key = 0, None
@@ -114,29 +150,12 @@ class LlamaRAMCache(BaseLlamaCache):
         self.cache_state[k] = value
         self._sizes[k] = size
         self._current_size += size
-        _event(
-            self.verbose,
-            "llama_cache.save",
-            cache="ram",
-            key_len=len(k),
-            nbytes=size,
-            replaced=old is not None,
-            cache_size=self._current_size,
-        )
-        while self._current_size > self.capacity_bytes and self.cache_state:
-            evicted, _ = self.cache_state.popitem(last=False)
-            freed = self._sizes.pop(evicted)
-            self._current_size -= freed
-            _event(
-                self.verbose,
-                "llama_cache.evict",
-                cache="ram",
-                key_len=len(evicted),
-                nbytes=freed,
-                cache_size=self._current_size,
-            )
-        if not self.cache_state:
-            self._current_size = 0
+        self._saved("ram", k, size, old is not None, self.cache_state, self._drop)
+
+    def _drop(self, key: tuple[int, ...], _state: LlamaState) -> int:
+        freed = self._sizes.pop(key)
+        self._current_size -= freed
+        return freed
 
 
 class TrieNode:
@@ -151,7 +170,7 @@ class TrieNode:
         """The bytes `state` was counted for when it was stored."""
 
 
-class LlamaTrieCache(BaseLlamaCache):
+class LlamaTrieCache(_InMemory):
     """In-memory LRU cache of `LlamaState`s; lookup by the longest cached key that is a prefix of the query.
 
     A token trie gives O(K) lookup (K: query length) whatever the number of entries; an `OrderedDict`
@@ -159,22 +178,12 @@ class LlamaTrieCache(BaseLlamaCache):
     """
 
     def __init__(self, capacity_bytes: int = DEFAULT_CAPACITY_BYTES, verbose: bool = False) -> None:
-        super().__init__(capacity_bytes)
+        super().__init__(capacity_bytes, verbose)
         self.root = TrieNode()
-        self._current_size = 0
         self.lru_tracker: OrderedDict[tuple[int, ...], TrieNode] = OrderedDict()
-        self.verbose = verbose
-
-    @property
-    def cache_size(self) -> int:
-        return self._current_size
 
     def __len__(self) -> int:
         return len(self.lru_tracker)
-
-    def __bool__(self) -> bool:
-        # llama-cpp-python tests `if self.cache:`; an empty cache must still be used.
-        return True
 
     def _find_longest_prefix_node(self, key: tuple[int, ...]) -> tuple[TrieNode | None, tuple[int, ...] | None]:
         node = self.root
@@ -244,29 +253,12 @@ class LlamaTrieCache(BaseLlamaCache):
         self._current_size += size
         self.lru_tracker[k] = node
         self.lru_tracker.move_to_end(k)
-        _event(
-            self.verbose,
-            "llama_cache.save",
-            cache="trie",
-            key_len=len(k),
-            nbytes=size,
-            replaced=replaced,
-            cache_size=self._current_size,
-        )
-        while self._current_size > self.capacity_bytes and self.lru_tracker:
-            evicted, old = self.lru_tracker.popitem(last=False)
-            freed = old.state_size
-            self._prune(evicted)
-            _event(
-                self.verbose,
-                "llama_cache.evict",
-                cache="trie",
-                key_len=len(evicted),
-                nbytes=freed,
-                cache_size=self._current_size,
-            )
-        if not self.lru_tracker:
-            self._current_size = 0
+        self._saved("trie", k, size, replaced, self.lru_tracker, self._drop)
+
+    def _drop(self, key: tuple[int, ...], node: TrieNode) -> int:
+        freed = node.state_size
+        self._prune(key)
+        return freed
 
 
 LlamaCache = LlamaTrieCache

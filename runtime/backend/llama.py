@@ -13,6 +13,7 @@ from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
 from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotFile, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import WHOLE, RenderOptions
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.embedder import Embedder
@@ -86,21 +87,13 @@ class LlamaBackend:
         return cls(engine, slot, disk)
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
-        spans = spans or self.engine.needs_checkpoints
-        if session_id is None and (tools is not None or template_kwargs):  # no state to keep: one full render
-            rendered: RenderedChat = self.engine.render(
-                messages, spans=spans, tools=tools, template_kwargs=template_kwargs
-            )
+        kw = options.kwargs() | {"spans": options.spans or self.engine.needs_checkpoints}
+        if session_id is None and (options.tools is not None or options.template_kwargs):  # one full render
+            rendered: RenderedChat = self.engine.render(messages, **kw)
             return rendered
-        return self.prompts.render(messages, session_id, spans=spans, tools=tools, template_kwargs=template_kwargs)
+        return self.prompts.render(messages, session_id, **kw)
 
     def tool_format(self) -> ToolFormat:
         fmt: ToolFormat = self.engine.template.tool_format()
@@ -110,15 +103,13 @@ class LlamaBackend:
         check_grammar(self.engine, spec)
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         text: str = self.engine.template.render_text(
-            messages, add_generation_prompt=add_generation_prompt, tools=tools, template_kwargs=chat_template_kwargs
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=options.tools,
+            template_kwargs=options.template_kwargs,
         )
         return text
 

@@ -65,6 +65,25 @@ class RenderedChat:
         return [p for p, r in zip(self.message_starts, self.roles, strict=True) if r == "user"]
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """How `SlotBackend.prepare` renders: with every message's start (`spans=False`: only if cheap, or if the
+    slot's checkpoints need them), and what goes to the chat template: `tools` and `template_kwargs` (a turn
+    that offers tools, reasoning controls)."""
+
+    spans: bool = True
+    tools: list[dict[str, Any]] | None = None
+    template_kwargs: dict[str, Any] | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """As the renderers' keyword arguments."""
+        return {"spans": self.spans, "tools": self.tools, "template_kwargs": self.template_kwargs}
+
+
+WHOLE = RenderOptions()
+"""Every message's start, no tools, no extra template variables."""
+
+
 @dataclass
 class SlotRequest:
     """One completion for the slot: a tokenized prompt and how to generate."""
@@ -134,21 +153,21 @@ class SlotResult:
 
 class SlotStats(msgspec.Struct, frozen=True, kw_only=True):
     """A backend's counters since it was made (a snapshot): tokens, where reused states came from, and
-    what its caches hold now. A backend without a cache tier reports 0 for it."""
+    what its caches hold now. A backend without a cache tier reports 0 for it (every count defaults to 0)."""
 
-    requests: int
-    prompt_tokens: int
-    cached_tokens: int  # llama-server's cache_n, summed
-    prefilled_tokens: int  # llama-server's prompt_n, summed
-    generated_tokens: int
-    swaps: int  # prompt cache updates that replaced the slot's state
-    ram_loads: int
-    disk_loads: int
-    checkpoint_restores: int
-    checkpoints: int
-    slot_tokens: int
-    ram_entries: int
-    ram_bytes: int
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # llama-server's cache_n, summed
+    prefilled_tokens: int = 0  # llama-server's prompt_n, summed
+    generated_tokens: int = 0
+    swaps: int = 0  # prompt cache updates that replaced the slot's state
+    ram_loads: int = 0
+    disk_loads: int = 0
+    checkpoint_restores: int = 0
+    checkpoints: int = 0
+    slot_tokens: int = 0
+    ram_entries: int = 0
+    ram_bytes: int = 0
     ram_held_bytes: int = 0  # what RAM actually holds: ram_bytes, or less with shared blocks
     draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
     draft_n_accepted: int = 0
@@ -163,17 +182,10 @@ class SlotBackend(Protocol):
     name: str  # what it runs (the model file's name), for logs, the CLI and /v1/models
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
-        """Render and tokenize a conversation with every message's start (`spans=False`: only if cheap, or
-        if the slot's checkpoints need them); `session_id` keeps the result for the session's next turn.
-        `tools` and `template_kwargs` go to the chat template (a turn that offers tools)."""
+        """Render and tokenize a conversation as `options` say; `session_id` keeps the result for the
+        session's next turn."""
         ...
 
     def tool_format(self) -> ToolFormat:
@@ -181,14 +193,10 @@ class SlotBackend(Protocol):
         ...
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
-        """The prompt text the chat template gives (llama-server's /apply-template; pure: any thread)."""
+        """The prompt text the chat template gives with `options`' tools and variables (llama-server's
+        /apply-template; pure: any thread)."""
         ...
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:

@@ -48,32 +48,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"turnstile {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = commands.add_parser(
-        "demo",
-        help="a round table of agents discussing a topic, with the cache at work",
-        description="A round table of agents (each its own session and persona) discussing a topic for a few "
-        "rounds on one model, streamed as they speak; then a table per turn showing what the cache saved.",
-    )
-    cli_demo.add_arguments(demo)
-    _common(demo, max_tokens=64)
-
-    chat = commands.add_parser(
-        "chat",
-        help="an interactive prompt with several named conversations in one model",
-        description="Chat with several named conversations in one model. A plain line is a message to the "
-        "current conversation; /help lists the commands. Reads a script from stdin when it is not a terminal.",
-    )
-    cli_chat.add_arguments(chat)
-    _common(chat, max_tokens=256)
-
-    serve = commands.add_parser(
-        "serve",
-        help="an OpenAI-compatible HTTP API (POST /v1/chat/completions) over one model",
-        description="Serve the model behind an OpenAI-compatible HTTP API on 127.0.0.1 (by default); "
-        "conversations named by an X-Session-Id header are kept in the session store.",
-    )
-    cli_serve.add_arguments(serve)
+    for name, add_arguments, max_tokens, help_, description in _COMMANDS:
+        command = commands.add_parser(name, help=help_, description=description)
+        add_arguments(command)
+        if max_tokens:  # serve takes its own model and sampling options
+            _common(command, max_tokens=max_tokens)
     return parser
+
+
+_COMMANDS: tuple[tuple[str, Callable[[argparse.ArgumentParser], None], int, str, str], ...] = (
+    (
+        "demo",
+        cli_demo.add_arguments,
+        64,
+        "a round table of agents discussing a topic, with the cache at work",
+        "A round table of agents (each its own session and persona) discussing a topic for a few "
+        "rounds on one model, streamed as they speak; then a table per turn showing what the cache saved.",
+    ),
+    (
+        "chat",
+        cli_chat.add_arguments,
+        256,
+        "an interactive prompt with several named conversations in one model",
+        "Chat with several named conversations in one model. A plain line is a message to the "
+        "current conversation; /help lists the commands. Reads a script from stdin when it is not a terminal.",
+    ),
+    (
+        "serve",
+        cli_serve.add_arguments,
+        0,
+        "an OpenAI-compatible HTTP API (POST /v1/chat/completions) over one model",
+        "Serve the model behind an OpenAI-compatible HTTP API on 127.0.0.1 (by default); "
+        "conversations named by an X-Session-Id header are kept in the session store.",
+    ),
+)
 
 
 def _common(p: argparse.ArgumentParser, *, max_tokens: int) -> None:

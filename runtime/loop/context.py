@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.backend.protocol import RenderedChat, SlotBackend
+from runtime.backend.protocol import RenderedChat, RenderOptions, SlotBackend
 from runtime.errors import ContextOverflow
 from runtime.log import get_logger
 from runtime.types import MAX_SESSIONS
@@ -91,7 +91,7 @@ class ContextWindow:
         """The prompt for `messages` (the last one is the message to answer) under `policy`; `template_kwargs`
         are the template variables of the turn (a thinking model's switch and the caller's)."""
         if policy == "error":
-            return Prompt(backend.prepare(messages, key, spans=False, template_kwargs=template_kwargs))
+            return Prompt(backend.prepare(messages, key, RenderOptions(spans=False, template_kwargs=template_kwargs)))
         msgs = list(messages)
         n_ctx = backend.n_ctx
         room = room_for(n_ctx, max_tokens)
@@ -105,7 +105,7 @@ class ContextWindow:
             k = min(same, len(entry.sizes) - 1, len(msgs) - 1)  # messages with final sizes (not the last)
             if entry.first <= k:
                 known, first = entry.sizes[:k], entry.first
-        rendered = backend.prepare([*msgs[:head], *msgs[first:]], key, template_kwargs=template_kwargs)
+        rendered = backend.prepare([*msgs[:head], *msgs[first:]], key, RenderOptions(template_kwargs=template_kwargs))
         measured = _sizes(rendered)
         sizes = known + measured[head + len(known) - first :]
         starts = [head + s for s in turn_starts([str(m["role"]) for m in msgs[head:]])]
@@ -127,7 +127,9 @@ class ContextWindow:
                         kept_tokens=fixed + sum(turn_sizes[turn:]),
                         budget=budget,
                     )
-                rendered = backend.prepare([*msgs[:head], *msgs[kept:]], key, template_kwargs=template_kwargs)
+                rendered = backend.prepare(
+                    [*msgs[:head], *msgs[kept:]], key, RenderOptions(template_kwargs=template_kwargs)
+                )
                 first = kept
             if len(rendered.tokens) + room <= n_ctx:
                 break

@@ -11,17 +11,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import structlog
 
-from runtime.backend.protocol import RenderedChat, SlotBackend, SlotRequest, SlotResult
+from runtime.backend.protocol import RenderedChat, RenderOptions, SlotBackend, SlotRequest, SlotResult
 from runtime.errors import SessionNotFound
 from runtime.log import get_logger
+from runtime.loop import turn_kinds
 from runtime.loop.activity import Activity
-from runtime.loop.constraints import Constraints, Finished
+from runtime.loop.constraints import Finished
 from runtime.loop.context import ContextPolicy, ContextWindow
 from runtime.loop.fair import namespace_of
 from runtime.loop.policy import Cost
@@ -30,53 +29,27 @@ from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
 from runtime.reasoning import REASONING_FIELDS, Reasoning, ReasoningOptions, Split, Splitter, join
 from runtime.reply import ProbText, Reply, Timings, TokenProb, Usage
+from runtime.loop.turn_kinds import CompletePrompt, Turn, new_chars
 from runtime.tools import reply_seed
 from runtime.tools.plan import ToolPlan
-from runtime.types import RequestKind, speculation_flag
+from runtime.types import speculation_flag
 from sessions import Sampling, Session, history
 from sessions.store import SessionStore
 
 log = get_logger(__name__)
 
-_CREATES = frozenset({RequestKind.CHAT, RequestKind.COMPLETE})  # turns that create their session on first use
-
 StoreCall = Callable[..., Awaitable[Any]]
 SlotCall = Callable[..., Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Turn:
-    """What a caller asked for: a new message (chat), a new reply (regenerate), or an edit."""
-
-    kind: RequestKind
-    message: str | None
-    overrides: dict[str, Any]
-    pieces: Pieces | None = None
-    index: int | None = None
-    conversation: Session | None = None  # complete: the messages to answer, as a session
-    commit: bool = True  # complete without a session id: answer, store nothing
-    constraints: Constraints = field(default_factory=Constraints)
-    tool_results: dict[str, str] | None = None  # chat: results of the last reply's tool calls, by call id
-    prompt: tuple[int, ...] | None = None  # complete_prompt: the prompt's tokens as given (no template, no split)
 
 
 CHARS_PER_TOKEN = 4  # a rough estimate of English text, for the fair policy's predicted cost
 
 
 def predicted_cost(turn: Turn) -> Cost:
-    """A turn's predicted cost when it is queued (the fair policy's): the tokens of what is new in it (a chat
-    turn's message or tool results; a completion's messages after its last assistant message, as those
-    before are usually cached), estimated from characters, and its max_tokens (0 when the turn sets none)."""
-    if turn.conversation is not None:
-        msgs = turn.conversation.messages
-        last = max((i for i, m in enumerate(msgs) if m.role == "assistant"), default=-1)
-        chars = sum(len(m.content) for m in msgs[last + 1 :])
-        if last < 0:
-            chars += len(turn.conversation.system or "")
-    else:
-        chars = len(turn.message or "") + sum(len(r) for r in (turn.tool_results or {}).values())
+    """A turn's predicted cost when it is queued (the fair policy's): the tokens of what is new in it
+    (`turn_kinds.new_chars`), estimated from characters, and its max_tokens (0 when the turn sets none)."""
     limit = turn.overrides.get("max_tokens")
-    return Cost(chars // CHARS_PER_TOKEN + 1, limit if isinstance(limit, int) and limit > 0 else 0)
+    return Cost(new_chars(turn) // CHARS_PER_TOKEN + 1, limit if isinstance(limit, int) and limit > 0 else 0)
 
 
 def with_probs(parts: list[str], probs: tuple[TokenProb, ...]) -> list[str]:
@@ -118,28 +91,8 @@ class TurnRunner:
             if not turn.commit:
                 session, existed = Session.new(sid), False
             else:
-                session, existed = await self._session_for(sid, create=turn.kind in _CREATES)
-            # chat: the history plus the new message; regenerate / edit: the session as it stands before the
-            # reply (ending with the user message to answer), computed once for the prompt and the commit;
-            # complete: the caller's messages (a named transcript is replaced by them and the reply)
-            if turn.kind is RequestKind.COMPLETE:
-                assert turn.conversation is not None
-                pending = turn.conversation
-                if existed:  # the transcript is replaced; the session keeps its identity and settings
-                    pending = msgspec.structs.replace(
-                        pending,
-                        created=session.created,
-                        sampling=session.sampling,
-                        metadata=session.metadata,
-                        context=session.context,
-                    )
-            elif turn.kind is RequestKind.CHAT and turn.tool_results is not None:
-                pending = history.append_tool_results(session, turn.tool_results)
-            elif turn.kind is RequestKind.CHAT:
-                assert turn.message is not None
-                pending = history.append_user(session, turn.message)
-            else:
-                pending = self._pending(turn, session)
+                session, existed = await self._session_for(sid, create=turn.creates)
+            pending = turn_kinds.pending(turn, session, existed)
             sampling = session.sampling.with_overrides(**turn.overrides) if turn.overrides else session.sampling
             if turn.constraints.stops:
                 sampling = sampling.with_overrides(stop=(*sampling.stop, *turn.constraints.stops))
@@ -157,7 +110,7 @@ class TurnRunner:
             if isinstance(pieces, CallStream):  # the pieces add up to the reply, ids included
                 done = dataclasses.replace(done, tool_calls=pieces.finish(done.text, done.tool_calls))
             if not turn.commit:
-                if turn.prompt is not None:
+                if isinstance(turn, CompletePrompt):
                     done = dataclasses.replace(done, tokens=tuple(result.tokens))
                 return self._reply(job, result, session.revision, done)
             new = history.append_reply(pending, done.text, tool_calls=done.tool_calls, reasoning=done.reasoning)
@@ -205,14 +158,6 @@ class TurnRunner:
             return turn.pieces
         return CallStream(turn.pieces, lambda text: plan.partial(text, seed=seed))
 
-    @staticmethod
-    def _pending(turn: Turn, session: Session) -> Session:
-        """The session a regenerate or an edit answers: it ends with the user message to reply to."""
-        if turn.kind is RequestKind.EDIT:
-            assert turn.index is not None and turn.message is not None
-            return history.edit(session, turn.index, turn.message)
-        return history.regenerate_base(session)
-
     def count(self, conversation: Session, overrides: dict[str, Any], tools: ToolPlan | None) -> int:
         """Worker thread: the token count of the prompt a turn answering `conversation` renders (all of it: no
         context window), with the turn's reasoning controls and tools. Renders for no session (nothing kept)."""
@@ -229,10 +174,10 @@ class TurnRunner:
     ) -> RenderedChat:
         """The whole conversation rendered for no session (with the tools' plan, when tools are offered)."""
         if tools is None:
-            return self.backend.prepare(messages, spans=spans, template_kwargs=variables or None)
+            return self.backend.prepare(messages, options=RenderOptions(spans, template_kwargs=variables or None))
         plan = tools.render_plan(messages)
         kwargs = {**variables, **(plan.kwargs or {})}
-        return self.backend.prepare(plan.messages, spans=spans, tools=plan.tools, template_kwargs=kwargs or None)
+        return self.backend.prepare(plan.messages, options=RenderOptions(spans, plan.tools, kwargs or None))
 
     def _run_in_slot(
         self,
@@ -246,7 +191,7 @@ class TurnRunner:
     ) -> tuple[SlotResult, Split]:
         """Worker thread: choose the prompt's messages (the context policy), render, tokenize, run the slot;
         the result and the reply's text split into reasoning and answer (streamed as split)."""
-        if turn.prompt is not None:
+        if isinstance(turn, CompletePrompt):
             return self._run_prompt(job, sampling, turn, pieces)
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
             self.activity.start(job.id)
@@ -322,10 +267,9 @@ class TurnRunner:
             return result, join(said) if fmt is not None else Split("", result.text)
 
     def _run_prompt(
-        self, job: Job[Reply], sampling: Sampling, turn: Turn, pieces: Pieces | CallStream | None
+        self, job: Job[Reply], sampling: Sampling, turn: CompletePrompt, pieces: Pieces | CallStream | None
     ) -> tuple[SlotResult, Split]:
         """Worker thread: a raw prompt (tokens as given), run on the slot; the text is all answer."""
-        assert turn.prompt is not None
         with structlog.contextvars.bound_contextvars(session_id=job.session_id, request_id=job.id):
 
             def on_piece(piece: str) -> None:

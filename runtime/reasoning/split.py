@@ -104,15 +104,7 @@ class Splitter:
     def _run(self, final: bool) -> list[str]:
         out: list[str] = []
         if self._plain or self.fmt is None:  # as llama-server's "none": the text, without the answer's headers
-            headers = self.fmt.dropped_when_kept() if self.fmt else ()
-            buf = self._buf
-            for header in headers:
-                buf = buf.replace(header, "")
-            keep = 0 if final else held_back(buf, headers)
-            if len(buf) > keep:
-                out.append(buf[: len(buf) - keep])
-            self._buf = buf[len(buf) - keep :]
-            return out
+            return self._emit_without(self._buf, self.fmt.dropped_when_kept() if self.fmt else (), final, out)
         fmt = self.fmt
         while True:
             buf = self._buf
@@ -166,14 +158,17 @@ class Splitter:
                     return out
                 self._buf, self._state = s, _ANSWER
             else:
-                tails = self._wrappers(fmt.content_suffixes)
-                for tail in tails:
-                    buf = buf.replace(tail, "")
-                keep = 0 if final else held_back(buf, tails)
-                if len(buf) > keep:
-                    out.append(buf[: len(buf) - keep])
-                self._buf = buf[len(buf) - keep :]
-                return out
+                return self._emit_without(buf, self._wrappers(fmt.content_suffixes), final, out)
+
+    def _emit_without(self, buf: str, literals: tuple[str, ...], final: bool, out: list[str]) -> list[str]:
+        """`buf` without `literals` onto `out`, but for a tail that may be the start of one (unless `final`)."""
+        for literal in literals:
+            buf = buf.replace(literal, "")
+        keep = 0 if final else held_back(buf, literals)
+        if len(buf) > keep:
+            out.append(buf[: len(buf) - keep])
+        self._buf = buf[len(buf) - keep :]
+        return out
 
     def _wrappers(self, literals: tuple[str, ...]) -> tuple[str, ...]:
         """The answer's headers or trailers that apply here (none before a block, for a format that wraps the

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import structlog
 
@@ -21,7 +21,7 @@ from caches.blocks import BlockStore
 from caches.disk.tier import DiskTier
 from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
-from caches.tiered import TieredCache
+from caches.tiered import Fetched, Swap, TieredCache
 from caches.tokens import lcp
 from runtime.backend.protocol import PrefillPaused, SlotRequest, SlotResult, SlotStats
 from runtime.cache_rules import CacheRuleSet
@@ -48,7 +48,7 @@ log = get_logger(__name__)
 
 @dataclass
 class _Counters:
-    """What the slot counts as it runs (the tiered cache counts its own loads)."""
+    """What the slot counts as it runs, named as in `SlotStats` (the tiered cache counts its own loads)."""
 
     requests: int = 0
     prompt_tokens: int = 0
@@ -120,24 +120,17 @@ class Slot:
         self.last = LastToken(engine, on=rules.defer_last_token)
 
     def stats(self) -> SlotStats:
-        n, c = self._n, self.cache.stats()
+        c = self.cache.stats()
         return SlotStats(
-            requests=n.requests,
-            prompt_tokens=n.prompt_tokens,
-            cached_tokens=n.cached_tokens,
-            prefilled_tokens=n.prefilled_tokens,
-            generated_tokens=n.generated_tokens,
+            **asdict(self._n),  # the slot's own counts, named as in SlotStats
             swaps=c.swaps,
             ram_loads=c.ram_loads,
             disk_loads=c.disk_loads,
-            checkpoint_restores=n.checkpoint_restores,
             checkpoints=len(self.checkpoints),
             slot_tokens=len(self.tokens),
             ram_entries=c.ram_entries,
             ram_bytes=c.ram_bytes,
             ram_held_bytes=c.ram_bytes if self.blocks is None else self._held_bytes(),
-            draft_n=n.draft_n,
-            draft_n_accepted=n.draft_n_accepted,
         )
 
     def _held_bytes(self) -> int:
@@ -154,14 +147,34 @@ class Slot:
     def _state_nbytes(self) -> int:
         return self.engine.state_size() + sum(c.nbytes for c in self.checkpoints)
 
-    def _load(self, tokens: list[int], state: AnyState) -> bool:
+    def _load(self, fetched: Fetched[AnyState]) -> bool:
+        """Move a cached state into the sequence; False: none fetched, or llama.cpp refused it (then empty)."""
+        state = fetched.state
+        if state is None:
+            return False
         if not self.engine.state_set(state_bytes(self.blocks, state)):
-            log.warning("cache.load_failed", n_tokens=len(tokens), nbytes=state.nbytes)
+            log.warning("cache.load_failed", n_tokens=len(fetched.tokens), nbytes=state.nbytes)
             self.reset()
             return False
-        self.tokens = list(tokens)
+        self.tokens = list(fetched.tokens)
         self.checkpoints = list(state.checkpoints)
         return True
+
+    def _use_cache(self, prompt: list[int]) -> Swap:
+        """This request's cache step: the tiered cache plans it, the slot carries it out (module doc of
+        `caches.tiered`)."""
+        kept = None
+        if self.lookup is not None:
+            kept = usable(lcp(self.tokens, prompt), len(self.tokens), self.checkpoints, not self.max_checkpoints)
+        plan = self.cache.plan(self.tokens, prompt, self._state_nbytes() if self.tokens else 0, slot_kept=kept)
+        state = None
+        if plan.save is not None and plan.save.needs_state:
+            try:
+                state = self._snapshot()
+            except MemoryError:
+                log.error("cache.snapshot_failed", n_tokens=len(self.tokens))  # the RAM cache shrinks its limit
+        fetched = self.cache.apply(plan, state)
+        return self.cache.loaded(fetched, self._load(fetched))
 
     def reset(self) -> None:
         """Forget everything the sequence holds (llama-server's prompt_clear)."""
@@ -173,7 +186,8 @@ class Slot:
     def flush(self) -> int:
         """Write the slot's own state and every RAM entry to the disk tier (on close); bytes written."""
         self.settle()
-        return self.cache.flush(self.tokens, self._snapshot)
+        state = self._snapshot() if self.tokens and self.cache.keeps_on_close else None
+        return self.cache.flush(self.tokens, state)
 
     def settle(self) -> None:
         """Evaluate the last reply's held token, if any (`runtime.slot.commit`); before the state is read."""
@@ -327,9 +341,7 @@ class Slot:
     def _run(self, req: SlotRequest, prompt: list[int], max_tokens: int | None) -> SlotResult:
         eng = self.engine
         t0 = time.perf_counter()
-        n_lcp = lcp(self.tokens, prompt)
-        kept = usable(n_lcp, len(self.tokens), self.checkpoints, not self.max_checkpoints) if self.lookup else None
-        swap = self.cache.update(self.tokens, prompt, self._state_nbytes, self._snapshot, self._load, slot_kept=kept)
+        swap = self._use_cache(prompt)
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
         n_past, from_ckpt = self._reuse_prefix(prompt, req.resumed)

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from caches.disk.format import KIND_STATE, decode, encode_parts
+from caches.tiered import Fetched
 from runtime.backend.protocol import SlotFile
 from runtime.errors import ContextOverflow, StateFormatError
 from runtime.log import get_logger
@@ -68,10 +69,11 @@ def restore(slot: Slot, path: Path) -> SlotFile:
         raise ContextOverflow(len(tokens), eng.n_ctx)
     state = SlotState.decode(rec.payload) if tokens else None
     slot.settle()
-    slot.cache.keep(slot.tokens, slot._state_nbytes, slot._snapshot)
+    if slot.tokens:
+        slot.cache.keep(slot.tokens, slot._state_nbytes(), slot._snapshot())
     if state is None:
         slot.reset()
-    elif not slot._load(tokens, state):  # llama.cpp refused it: the slot is empty, as llama-server leaves it
+    elif not slot._load(Fetched(0, None, tuple(tokens), state, size)):  # llama.cpp refused it: the slot is empty, as llama-server leaves it
         raise StateFormatError("refused", "llama.cpp did not accept the slot file's state")
     log.info("slot.restored", n_tokens=len(tokens), nbytes=size, checkpoints=len(slot.checkpoints))
     return SlotFile(len(tokens), size)

@@ -26,6 +26,7 @@ from typing import Any
 
 import jinja2
 
+from caches.tokens import lcp
 from runtime.errors import ChatTemplateError
 from runtime.templates.caps import TemplateCaps, template_caps
 from runtime.templates.engine import TemplateRaised, compile_template
@@ -44,16 +45,6 @@ CHATML_TEMPLATE = (
 """llama.cpp's fallback template (CHATML_TEMPLATE_SRC) for a model that has none."""
 
 _TAG = re.compile(r"<[^<>\s]+>|\[/?[A-Z_]+\]")  # markup: <think>, </think>, <|START_THINKING|>, [THINK]
-
-
-def _common(a: str, b: str) -> int:
-    """The length of the common prefix of two strings."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def default_enable_thinking(source: str) -> bool:
@@ -86,8 +77,8 @@ def _supports_thinking(source: str) -> bool:
 
     on, off = gen(True), gen(False)
     if on != off:
-        n = _common(on, off)
-        m = _common(on[n:][::-1], off[n:][::-1])
+        n = lcp(on, off)
+        m = lcp(on[n:][::-1], off[n:][::-1])
         if any(_TAG.search(x[n : len(x) - m]) for x in (on, off)):
             return True
     marker = "<REASONING_MARKER_7f3a>"

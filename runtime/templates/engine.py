@@ -44,23 +44,14 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _json_string(s: str, ensure_ascii: bool) -> str:
     out = ['"']
     for c in s:
-        if c == '"':
-            out.append('\\"')
-        elif c == "\\":
-            out.append("\\\\")
-        elif c == "\b":
-            out.append("\\b")
-        elif c == "\f":
-            out.append("\\f")
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\r":
-            out.append("\\r")
-        elif c == "\t":
-            out.append("\\t")
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
         elif ord(c) < 0x20:
             out.append(f"\\u{ord(c):04x}")
         elif ensure_ascii and ord(c) > 0x7F:

@@ -37,7 +37,16 @@ from caches.disk.stats import DiskTierStats
 from caches.disk.tier import DiskTier
 from caches.tiered import Location
 from caches.tokens import lcp
-from runtime.backend.protocol import EngineInfo, GrammarSpec, RenderedChat, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import (
+    WHOLE,
+    EngineInfo,
+    GrammarSpec,
+    RenderedChat,
+    RenderOptions,
+    SlotRequest,
+    SlotResult,
+    SlotStats,
+)
 from runtime.errors import ContextOverflow, InvalidRequest
 from runtime.reasoning import ReasoningFormat
 from runtime.testing.chars import char_piece, char_tokens, computed_nothing
@@ -155,16 +164,11 @@ class ScriptedBackend:
         return "assistant: "
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         if self.template is not None:
-            gen, kw = add_generation_prompt, chat_template_kwargs
-            return self.template(messages, tools=tools, add_generation_prompt=gen, chat_template_kwargs=kw)
+            gen, kw = add_generation_prompt, options.template_kwargs
+            return self.template(messages, tools=options.tools, add_generation_prompt=gen, chat_template_kwargs=kw)
         text = "".join(_line(m) for m in messages)
         return text + "assistant: " if add_generation_prompt else text
 
@@ -183,18 +187,12 @@ class ScriptedBackend:
             raise InvalidRequest("the grammar has no root rule")
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
         self._prepared = [dict(m) for m in messages]
-        self.template_kwargs = template_kwargs  # what the last render was given (tests read it)
+        self.template_kwargs = options.template_kwargs  # what the last render was given (tests read it)
         if self.template is not None:  # a real template: no message spans (no checkpoints to place here)
-            text = self.apply_template(messages, tools=tools, chat_template_kwargs=template_kwargs)
+            text = self.apply_template(messages, options)
             return RenderedChat(text=text, tokens=char_tokens(text), message_starts=[], roles=[])
         parts = [_line(m) for m in messages]
         starts = list(itertools.accumulate((len(p) for p in parts[:-1]), initial=0)) if parts else []
@@ -260,14 +258,7 @@ class ScriptedBackend:
             cached_tokens=n.cached_tokens,
             prefilled_tokens=n.prompt_tokens - n.cached_tokens,
             generated_tokens=n.generated_tokens,
-            swaps=0,
-            ram_loads=0,
-            disk_loads=0,
-            checkpoint_restores=0,
-            checkpoints=0,
             slot_tokens=len(self.tokens),
-            ram_entries=0,
-            ram_bytes=0,
         )
 
     def disk_stats(self) -> DiskTierStats | None:

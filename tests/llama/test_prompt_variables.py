@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from runtime import Runtime
+from runtime.backend.protocol import RenderOptions
 from runtime.llama.chat_template import ChatTemplate
 from runtime.llama.engine import Engine
 from runtime.llama.prompt import PromptRenderer
@@ -93,7 +94,9 @@ async def test_a_runtime_with_a_template_switch_takes_the_incremental_path(tmp_p
         want = rt.backend.engine.template.render(  # type: ignore[attr-defined]
             [*s.chat_messages(), {"role": "user", "content": "next"}], template_kwargs=OFF
         )
-        got = rt.backend.prepare([*s.chat_messages(), {"role": "user", "content": "next"}], "a", template_kwargs=OFF)
+        got = rt.backend.prepare(
+            [*s.chat_messages(), {"role": "user", "content": "next"}], "a", RenderOptions(template_kwargs=OFF)
+        )
         assert (got.text, got.tokens) == (want.text, want.tokens)
         assert got.text.endswith("<think>\n\n</think>\n\n")
         assert prompts.extensions >= 10  # each turn extended the session's state

@@ -18,8 +18,8 @@ from runtime.errors import InvalidConfig
 from runtime.log import capture_logs
 from runtime.loop.policy import PREFILL_QUANTUM_MS, Cost, Fair, Running, make_policy
 from runtime.loop.scheduler import Job, Scheduler
-from runtime.loop.turns import Turn, predicted_cost
-from runtime.types import RequestKind
+from runtime.loop.turn_kinds import Chat
+from runtime.loop.turns import predicted_cost
 
 
 @dataclass
@@ -81,9 +81,9 @@ def test_serve_takes_policy_fair_and_its_quantum() -> None:
 
 
 def test_predicted_cost_counts_what_is_new_and_max_tokens() -> None:
-    chat = Turn(RequestKind.CHAT, "x" * 400, {"max_tokens": 48})
+    chat = Chat(message="x" * 400, overrides={"max_tokens": 48})
     assert predicted_cost(chat) == Cost(101, 48)
-    assert predicted_cost(Turn(RequestKind.CHAT, "hi", {})) == Cost(1, 0)
+    assert predicted_cost(Chat(message="hi", overrides={})) == Cost(1, 0)
 
 
 class Prefill:

@@ -27,9 +27,11 @@ import msgspec
 from caches.disk.stats import DiskTierStats
 from caches.tiered import Location
 from runtime.backend.protocol import (
+    WHOLE,
     EngineInfo,
     GrammarSpec,
     RenderedChat,
+    RenderOptions,
     SlotBackend,
     SlotRequest,
     SlotResult,
@@ -80,21 +82,8 @@ class Counters:
             setattr(self, f.name, getattr(self, f.name) + other.get(f.name, 0))
 
 
-_EMPTY = SlotStats(
-    requests=0,
-    prompt_tokens=0,
-    cached_tokens=0,
-    prefilled_tokens=0,
-    generated_tokens=0,
-    swaps=0,
-    ram_loads=0,
-    disk_loads=0,
-    checkpoint_restores=0,
-    checkpoints=0,
-    slot_tokens=0,
-    ram_entries=0,
-    ram_bytes=0,
-)
+_EMPTY = SlotStats()
+_Args = tuple[Sequence[Mapping[str, Any]], str | None]  # prepare's messages and session id
 _PIECES = re.compile(r"\s*\S+|\s+$")
 
 
@@ -139,7 +128,7 @@ class CassetteBackend:
         self._lock = threading.Lock()
         self._fingerprint: str | None = None
         self._replays: dict[str, _Replay] = {}
-        self._last: tuple[tuple[Any, ...], dict[str, Any], str, bool] | None = None  # prepare's args, text, real
+        self._last: tuple[_Args, RenderOptions, str, bool] | None = None  # prepare's args, text, real
 
     # --- which side renders --------------------------------------------------------------------------
 
@@ -180,29 +169,22 @@ class CassetteBackend:
     # --- SlotBackend ---------------------------------------------------------------------------------
 
     def prepare(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
     ) -> RenderedChat:
         side = self._side()
-        kw: dict[str, Any] = {"spans": spans, "tools": tools, "template_kwargs": template_kwargs}
         if isinstance(side, _Replay):
-            rendered = side.template.render([dict(m) for m in messages], **kw)
+            rendered = side.template.render([dict(m) for m in messages], **options.kwargs())
         else:
-            rendered = side.prepare(messages, session_id, **kw)
-        self._last = ((messages, session_id), kw, rendered.text, not isinstance(side, _Replay))
+            rendered = side.prepare(messages, session_id, options)
+        self._last = ((messages, session_id), options, rendered.text, not isinstance(side, _Replay))
         return rendered
 
     def run(self, req: SlotRequest) -> SlotResult:
         assert self._last is not None, "prepare comes right before run"
-        (args, kw, text, real), self._last = self._last, None
+        (args, options, text, real), self._last = self._last, None
         ctx = self.context if self.context is not None else TestContext("", "", None, "live")
         if ctx.cassette is None:
-            return self._model_run(req, args, kw, real)
+            return self._model_run(req, args, options, real)
         request = _request(req)
         key = request_key(self.fingerprint(), text, request)
         entry = ctx.cassette.entries.get(key) if ctx.mode != "record_all" else None
@@ -215,7 +197,7 @@ class CassetteBackend:
         if ctx.mode == "replay":
             session = req.session_id.removeprefix(ctx.prefix)
             raise RecordingNotFound(ctx.nodeid, session, ctx.cassette.nearest(text, request, ctx.nodeid, session))
-        result = self._model_run(req, args, kw, real)
+        result = self._model_run(req, args, options, real)
         if result.finish_reason != "cancelled":
             inner: Any = self.inner
             settings = {**inner.engine.template.settings(), "generation_prompt": inner.generation_prompt()}
@@ -232,10 +214,10 @@ class CassetteBackend:
             self.counters.recorded += 1
         return result
 
-    def _model_run(self, req: SlotRequest, args: tuple[Any, ...], kw: dict[str, Any], real: bool) -> SlotResult:
+    def _model_run(self, req: SlotRequest, args: _Args, options: RenderOptions, real: bool) -> SlotResult:
         inner = self.loaded()
         if not real:  # rendered from the cassette: the model's own tokens now
-            rendered = inner.prepare(*args, **kw)
+            rendered = inner.prepare(*args, options)
             req = dataclasses.replace(req, prompt=rendered.tokens, user_starts=rendered.user_starts)
         start = time.perf_counter()
         result = inner.run(req)
@@ -262,19 +244,13 @@ class CassetteBackend:
         return side.reasoning if isinstance(side, _Replay) else side.reasoning_format()
 
     def apply_template(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], options: RenderOptions = WHOLE, add_generation_prompt: bool = True
     ) -> str:
         side = self._side()
-        gen, kw = add_generation_prompt, chat_template_kwargs
         if isinstance(side, _Replay):
-            listed = [dict(m) for m in messages]
-            return side.template.render_text(listed, add_generation_prompt=gen, tools=tools, template_kwargs=kw)
-        return side.apply_template(messages, tools=tools, add_generation_prompt=gen, chat_template_kwargs=kw)
+            listed, gen, kw = [dict(m) for m in messages], add_generation_prompt, options.template_kwargs
+            return side.template.render_text(listed, add_generation_prompt=gen, tools=options.tools, template_kwargs=kw)
+        return side.apply_template(messages, options, add_generation_prompt)
 
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
         side = self._side()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caches.tokens import lcp
 from runtime.errors import InvalidCassette
 
 FORMAT = 1
@@ -111,7 +112,7 @@ class Cassette:
 
         def rank(e: dict[str, Any]) -> tuple[bool, bool, int, str]:
             same = e.get("test") == test
-            return same, same and e.get("session") == session, _common(str(e.get("prompt", "")), prompt), e["key"]
+            return same, same and e.get("session") == session, lcp(str(e.get("prompt", "")), prompt), e["key"]
 
         best = max(({**e, "key": k} for k, e in self.entries.items()), key=rank)
         recorded = str(best.get("prompt", ""))
@@ -121,15 +122,6 @@ class Cassette:
                 f"{json.dumps(best.get('request'), sort_keys=True)}, now {json.dumps(request, sort_keys=True)}"
             )
         return f"nearest recording is {best.get('test')} (session {best.get('session')!r}):\n" + _diff(recorded, prompt)
-
-
-def _common(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _diff(recorded: str, prompt: str, context: int = 2) -> str:
