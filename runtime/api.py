@@ -14,8 +14,7 @@ import anyio.to_thread
 import msgspec
 
 from caches.disk.tier import DiskTierStats
-from runtime.backend.protocol import Embeddings, EngineInfo, SlotBackend, SlotFile, SlotFiles, SlotStats
-from runtime.backend.protocol import RenderOptions
+from runtime.backend.protocol import Embeddings, EngineInfo, RenderOptions, SlotBackend, SlotFile, SlotFiles, SlotStats
 from runtime.config import LoopOptions, RuntimeConfig, reasoning_options
 from runtime.errors import ContextOverflow, InvalidConfig, InvalidRequest, RuntimeClosed, TurnstileError
 from runtime.llama import hub

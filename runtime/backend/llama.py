@@ -12,8 +12,16 @@ from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
-from runtime.backend.protocol import GrammarSpec, RenderedChat, SlotFile, SlotRequest, SlotResult, SlotStats
-from runtime.backend.protocol import WHOLE, RenderOptions
+from runtime.backend.protocol import (
+    WHOLE,
+    GrammarSpec,
+    RenderedChat,
+    RenderOptions,
+    SlotFile,
+    SlotRequest,
+    SlotResult,
+    SlotStats,
+)
 from runtime.config import RuntimeConfig
 from runtime.errors import DiskTierUnavailable, InvalidRequest
 from runtime.llama.embedder import Embedder

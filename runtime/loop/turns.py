@@ -27,9 +27,9 @@ from runtime.loop.policy import Cost
 from runtime.loop.replay import Replay, Spliced, same_reply
 from runtime.loop.scheduler import Job
 from runtime.loop.stream import CallStream, Pieces
+from runtime.loop.turn_kinds import CompletePrompt, Turn, new_chars
 from runtime.reasoning import REASONING_FIELDS, Reasoning, ReasoningOptions, Split, Splitter, join
 from runtime.reply import ProbText, Reply, Timings, TokenProb, Usage
-from runtime.loop.turn_kinds import CompletePrompt, Turn, new_chars
 from runtime.tools import reply_seed
 from runtime.tools.plan import ToolPlan
 from runtime.types import speculation_flag

@@ -73,7 +73,9 @@ def restore(slot: Slot, path: Path) -> SlotFile:
         slot.cache.keep(slot.tokens, slot._state_nbytes(), slot._snapshot())
     if state is None:
         slot.reset()
-    elif not slot._load(Fetched(0, None, tuple(tokens), state, size)):  # llama.cpp refused it: the slot is empty, as llama-server leaves it
+    elif not slot._load(
+        Fetched(0, None, tuple(tokens), state, size)
+    ):  # llama.cpp refused it: the slot is empty, as llama-server leaves it
         raise StateFormatError("refused", "llama.cpp did not accept the slot file's state")
     log.info("slot.restored", n_tokens=len(tokens), nbytes=size, checkpoints=len(slot.checkpoints))
     return SlotFile(len(tokens), size)
