@@ -6,7 +6,6 @@ with a seed: the paused generation keeps its sampler)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -22,11 +21,6 @@ CFG = EngineConfig(n_ctx=2048, n_threads=1, n_ubatch=32, n_batch=64)
 GREEDY = Sampling(temperature=0.0, max_tokens=12, ignore_eos=True)
 SAMPLED = Sampling(temperature=0.9, seed=7, max_tokens=12, ignore_eos=True, repeat_penalty=1.2)
 ARCHS = ["llama", "mamba", "jamba", "gemma3"]
-
-
-@pytest.fixture
-def engines(make_engine: Callable[..., Engine], tiny_models: dict[str, Path]) -> Callable[[str], Engine]:
-    return lambda arch: make_engine(tiny_models[arch], CFG)
 
 
 def request(eng: Engine, user: str, sampling: Sampling = GREEDY, **kw: object) -> SlotRequest:
