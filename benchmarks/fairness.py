@@ -9,7 +9,8 @@ long request, then one every `--gap` s (0.5). Systems, each with the same contex
 n_batch chunks (so that its evaluation shapes are an unpaused prefill's); at llama-server's 2,048 a
 3,000-token document has one such boundary, hence 512 here, for every system alike.
 
-- turnstile `fifo` and turnstile `fair` (`--quantum` ms; default the policy's own), `rt.stream` per turn;
+- turnstile `fifo` and turnstile `fair` (`--quantum` and `--decode-quantum` ms; default the policy's own),
+  `rt.stream` per turn;
 - llama-server `-np 1 --cache-ram 8192` and `-np 4` with 4x the context (`--llama-server BIN`), streamed
   `/v1/chat/completions` from threads.
 
@@ -112,6 +113,7 @@ class Run:
     long: Timed = field(default_factory=Timed)
     wall: float = 0.0
     pauses: int = 0
+    decode_pauses: int = 0
 
 
 # --- turnstile ---------------------------------------------------------------------------------------------
@@ -144,6 +146,7 @@ async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool)
         flash_attn=True,
         policy=policy,
         prefill_quantum_ms=args.quantum if policy == "fair" else None,
+        decode_quantum_ms=args.decode_quantum if policy == "fair" else None,
     ) as rt:
         await rt.create_session("long", system=LONG_SYSTEM)
         for i in range(args.shorts):
@@ -168,6 +171,7 @@ async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool)
                 run.shorts[i] = await _turn(rt, f"s{i}", short_turn(i)[1], 1)
         run.wall = time.perf_counter() - t0
         run.pauses = rt.stats().scheduler.pauses
+        run.decode_pauses = rt.stats().scheduler.decode_pauses
     return run
 
 
@@ -293,6 +297,7 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
         "long_ratio": round(mixed.long.total / alone.long.total, 3) if alone.long.total else None,
         "tokens_s": round(generated / mixed.wall, 2) if mixed.wall else None,
         "pauses": mixed.pauses,
+        "decode_pauses": mixed.decode_pauses,
         "texts_equal_fifo": same,
         "wall_s": round(mixed.wall, 2),
         "short_ttft_ms": [round(1000 * mixed.shorts[i].ttft, 1) for i in sorted(mixed.shorts)],
@@ -312,6 +317,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--first", type=float, default=1.0, help="seconds after the long request the first short comes")
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between two short turns' arrivals")
     ap.add_argument("--quantum", type=float, default=None, metavar="MS", help="fair: prefill quantum (policy default)")
+    ap.add_argument("--decode-quantum", type=float, default=None, metavar="MS", help="fair: decode quantum (inf: none)")
     ap.add_argument("--n-ctx", type=int, default=8192, help="context per conversation (per slot for -np 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-batch", type=int, default=512, help="n_batch of every system (pause points)")
@@ -358,6 +364,7 @@ def main(argv: list[str]) -> None:
             "first_s": args.first,
             "gap_s": args.gap,
             "quantum_ms": args.quantum,
+            "decode_quantum_ms": args.decode_quantum,
             "n_ctx": args.n_ctx,
             "threads": args.threads,
             "n_batch": args.n_batch,

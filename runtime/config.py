@@ -163,6 +163,9 @@ class SchedulerConfig:
     # policy "fair": prefill time a request holds the slot before it may pause for a cheaper waiting one (None:
     # the policy's default, 500 ms; docs/fair-slot.md)
     prefill_quantum_ms: float | None = None
+    # policy "fair": time a generation holds the slot before it may pause after a token for a waiting turn's first
+    # token (None: the policy's default, 100 ms; inf: generations never pause; docs/fair-slot.md)
+    decode_quantum_ms: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) and self.policy not in POLICIES:
@@ -170,6 +173,9 @@ class SchedulerConfig:
         q = self.prefill_quantum_ms
         if q is not None and (isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q < float("inf")):
             raise InvalidConfig(f"prefill_quantum_ms must be None or a number >= 0, not {q!r}")
+        d = self.decode_quantum_ms
+        if d is not None and (isinstance(d, bool) or not isinstance(d, int | float) or not d >= 0):
+            raise InvalidConfig(f"decode_quantum_ms must be None or a number >= 0 (inf: never), not {d!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
 
@@ -180,6 +186,7 @@ class LoopOptions(TypedDict, total=False):
     policy: str | Policy
     max_queued: int
     prefill_quantum_ms: float | None
+    decode_quantum_ms: float | None
     context: ContextPolicy
     reasoning: ReasoningOptions | None  # None: the config's
 

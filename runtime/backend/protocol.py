@@ -26,6 +26,8 @@ from runtime.types import CacheSource, FinishReason
 from sessions import Sampling
 
 __all__ = [
+    "Carry",
+    "DecodePaused",
     "Embeddings",
     "EngineInfo",
     "GrammarSpec",
@@ -106,6 +108,9 @@ class SlotRequest:
     # prefill there (`PrefillPaused`); the scheduler's preemption check (`runtime.loop.fair`)
     pause: Callable[[int, int], bool] | None = None
     resumed: bool = False  # a paused request run again: the slot does not count it as a new request
+    # asked after each generated token with the number generated: True stops the generation there (`DecodePaused`)
+    pause_decode: Callable[[int], bool] | None = None
+    carry: Carry | None = None  # a generation paused in its decode (`DecodePaused.carry`): it goes on from there
 
 
 class PrefillPaused(TurnstileError):
@@ -120,7 +125,43 @@ class PrefillPaused(TurnstileError):
         self.cached = cached  # tokens this run found cached
         self.prefilled = prefilled  # tokens this run evaluated
         self.t_prefill = t_prefill
+        self.t_decode = 0.0  # seconds this run decoded (a paused generation's)
         self.source: CacheSource = source
+
+
+class Carry(Protocol):
+    """A paused generation the slot goes on with (opaque here); `close` frees it when it will not run again."""
+
+    def close(self) -> None: ...
+
+
+class DecodePaused(PrefillPaused):
+    """The slot stopped a generation after a token because `SlotRequest.pause_decode` said so: the slot holds the
+    prompt and the tokens generated so far but the last (`done` tokens), the last one is emitted and waits to be
+    evaluated. `carry` is the generation (its sampler, detokenizer, stop matcher): the request's next run passes
+    it back as `SlotRequest.carry` and goes on exactly where it stopped; `close` it if the request is dropped."""
+
+    def __init__(
+        self,
+        done: int,
+        total: int,
+        cached: int,
+        prefilled: int,
+        t_prefill: float,
+        source: CacheSource,
+        *,
+        generated: int,
+        t_decode: float,
+        carry: Carry,
+    ):
+        super().__init__(done, total, cached, prefilled, t_prefill, source)
+        self.args = (f"generation paused after {generated} tokens",)
+        self.generated = generated  # tokens generated so far (the pending one included)
+        self.t_decode = t_decode
+        self.carry = carry
+
+    def close(self) -> None:
+        self.carry.close()
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="--policy fair: prefill time before a long prompt yields (default 500)",
     )
+    p.add_argument(
+        "--decode-quantum-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="--policy fair: reply time before a generation yields to a waiting turn's first token (100; inf: never)",
+    )
     p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
@@ -167,6 +174,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         speculative="ngram" if args.spec == "ngram" else None,
         policy=args.policy,
         prefill_quantum_ms=args.prefill_quantum_ms,
+        decode_quantum_ms=args.decode_quantum_ms,
         max_queued=args.max_queued,
         **reasoning.open_keywords(args),
         **hardware.engine_keywords(args),
@@ -187,6 +195,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             policy=args.policy,
             max_queued=args.max_queued,
             prefill_quantum_ms=args.prefill_quantum_ms,
+            decode_quantum_ms=args.decode_quantum_ms,
         )
     config = runtime_config(args, options)
 

@@ -52,14 +52,27 @@ def cost_of(candidate: object) -> int:
     return cost.total if isinstance(cost, Cost) else 0
 
 
+def decoding(candidate: object) -> bool:
+    """Whether a candidate is a generation paused after a token (it has its first token already)."""
+    return bool(getattr(candidate, "decoding", False))
+
+
+def steps_to_first(candidate: object) -> float:
+    """A request's predicted time to its first token, in decode steps: its prefill at `PREFILL_PER_STEP` tokens a
+    step, plus the step that samples the token."""
+    cost = getattr(candidate, "cost", None)
+    return (cost.prefill if isinstance(cost, Cost) else 0) / PREFILL_PER_STEP + 1
+
+
 @dataclass(frozen=True, slots=True)
 class Running:
     """The running request as a preemption check sees it, between two prefill chunks."""
 
     session_id: str
     held_s: float  # seconds it has held the slot since it (re)started
-    remaining: Cost  # prompt tokens still to prefill, and its generation budget
+    remaining: Cost  # prompt tokens still to prefill, and its generation budget (left)
     skips: int  # times it was passed over since it last started
+    decoding: bool = False  # it is generating (asked after a token), not prefilling (asked between chunks)
 
 
 class Policy(Protocol):
@@ -102,22 +115,33 @@ class Preemptive(Protocol):
     """A policy that may pause a running prefill at an n_batch boundary (asked from the slot's thread)."""
 
     def preempt(self, running: Running, waiting: Sequence[Candidate]) -> bool:
-        """Whether the running prefill should yield now to one of `waiting` (heads that could run next)."""
+        """Whether the running prefill (or generation) should yield now to one of `waiting` (heads that could
+        run next)."""
         ...
 
 
 PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 here, a pause's save+load is ~1/20 of it
+DECODE_QUANTUM_MS = 100.0  # a generation's least time on the slot before it yields (docs/fair-slot.md: measured)
+PREFILL_PER_STEP = 32  # prompt tokens evaluated in the time of one decode step (SmolLM2, n_batch 256, measured)
 
 
 class Fair:
-    """Shortest predicted cost first, with a time quantum for prefill and a bound on being passed over.
+    """Shortest predicted cost first, with a time quantum for prefill and decode and a bound on being passed over.
 
-    - pick: a request passed over `max_skips` times runs first (oldest such); otherwise the oldest of those whose
-      predicted cost (`Cost.total`: uncached prompt tokens + max_tokens) is within `similar` times the smallest
-      (turns of about the same size keep their arrival order; a long one waits for the short ones).
-    - preempt: a prefill that has held the slot for `quantum_ms` yields at the next n_batch boundary when a
-      request waits whose predicted cost is below what the running one has left. Its state stays a cached
-      prefix; it resumes in its place (skips counted from then), and runs at least `quantum_ms` each time.
+    - pick: a request passed over `max_skips` times runs first (oldest such). Otherwise, while generations are
+      paused, requests that have no token yet and would have their first one sooner than any paused generation
+      its end (`steps_to_first` below the least generation left) come first; among those (or among all, when
+      there are none) the oldest of those whose predicted cost (`Cost.total`: uncached prompt tokens +
+      max_tokens; left to do once paused) is within `similar` times the smallest (turns of about the same size
+      keep their arrival order; a long one waits for the short ones).
+    - preempt a prefill: one that has held the slot for `quantum_ms` yields at the next n_batch boundary when a
+      request waits whose predicted cost is below what the running one has left.
+    - preempt a generation (`decode_quantum_ms`; None: never): one that has held the slot that long yields after
+      its next token when a request waits that has no token yet and would have its first one sooner than the
+      running generation its end. So a short turn that arrives during a long generation, or during other
+      short turns' replies, gets its first token within about a quantum; the paused generation goes on later
+      from its exact state.
+    Paused requests resume in their place (skips counted from then), and run at least a quantum each time.
 
     So a paused request waits for at most `max_skips` other requests between two quanta of its own, and
     every request is passed over at most `max_skips` times in a row: nothing starves.
@@ -125,40 +149,74 @@ class Fair:
 
     name = "fair"
 
-    def __init__(self, quantum_ms: float = PREFILL_QUANTUM_MS, max_skips: int = 4, similar: float = 2.0) -> None:
+    def __init__(
+        self,
+        quantum_ms: float = PREFILL_QUANTUM_MS,
+        max_skips: int = 4,
+        similar: float = 2.0,
+        decode_quantum_ms: float | None = DECODE_QUANTUM_MS,
+    ) -> None:
         if not quantum_ms >= 0:
             raise InvalidConfig(f"prefill_quantum_ms must be >= 0, not {quantum_ms!r}")
+        if decode_quantum_ms is not None and not decode_quantum_ms >= 0:
+            raise InvalidConfig(f"decode_quantum_ms must be >= 0 or None, not {decode_quantum_ms!r}")
         if max_skips < 0:
             raise InvalidConfig("max_skips must be >= 0")
         if not similar >= 1:
             raise InvalidConfig(f"similar must be >= 1, not {similar!r}")
         self.quantum_ms = float(quantum_ms)
+        self.decode_quantum_ms = None if decode_quantum_ms is None else float(decode_quantum_ms)
         self.max_skips = max_skips
         self.similar = similar
+
+    @property
+    def pauses_decode(self) -> bool:
+        return self.decode_quantum_ms is not None
 
     def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
         starved = [c for c in candidates if c.skips >= self.max_skips]
         if starved:
             return min(starved, key=lambda c: c.arrival)
-        least = min(cost_of(c) for c in candidates)
-        return min((c for c in candidates if cost_of(c) <= least * self.similar), key=lambda c: c.arrival)
+        left = [cost_of(c) for c in candidates if decoding(c)]
+        pool = candidates
+        if left:  # first tokens before paused generations' ends, when they come sooner
+            urgent = [c for c in candidates if not decoding(c) and steps_to_first(c) < min(left)]
+            pool = urgent or candidates
+        least = min(cost_of(c) for c in pool)
+        return min((c for c in pool if cost_of(c) <= least * self.similar), key=lambda c: c.arrival)
 
     def preempt(self, running: Running, waiting: Sequence[Candidate]) -> bool:
-        if running.held_s * 1000.0 < self.quantum_ms or running.skips >= self.max_skips:
+        if running.skips >= self.max_skips:
+            return False
+        others = [w for w in waiting if w.session_id != running.session_id]
+        if running.decoding:
+            q = self.decode_quantum_ms
+            if q is None or running.held_s * 1000.0 < q:
+                return False
+            left = running.remaining.generate
+            return any(not decoding(w) and steps_to_first(w) < left for w in others)
+        if running.held_s * 1000.0 < self.quantum_ms:
             return False
         left = running.remaining.total
-        return any(w.session_id != running.session_id and cost_of(w) < left for w in waiting)
+        return any(cost_of(w) < left for w in others)
 
 
 POLICIES: dict[str, Callable[[], Policy]] = {"fifo": Fifo, "affinity": Affinity, "fair": Fair}
 
 
-def make_policy(name: str | Policy, prefill_quantum_ms: float | None = None) -> Policy:
-    """The policy of that name (`prefill_quantum_ms`: `fair`'s quantum; ignored by the others)."""
+def make_policy(
+    name: str | Policy, prefill_quantum_ms: float | None = None, decode_quantum_ms: float | None = None
+) -> Policy:
+    """The policy of that name (`prefill_quantum_ms`, `decode_quantum_ms`: `fair`'s quanta, None: the defaults,
+    a decode quantum of inf: generations never pause; ignored by the others)."""
     if not isinstance(name, str):
         return name
-    if name == "fair" and prefill_quantum_ms is not None:
-        return Fair(prefill_quantum_ms)
+    if name == "fair" and (prefill_quantum_ms is not None or decode_quantum_ms is not None):
+        d = DECODE_QUANTUM_MS if decode_quantum_ms is None else decode_quantum_ms
+        return Fair(
+            PREFILL_QUANTUM_MS if prefill_quantum_ms is None else prefill_quantum_ms,
+            decode_quantum_ms=None if d == float("inf") else d,
+        )
     try:
         return POLICIES[name]()
     except KeyError:

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 import anyio
 import msgspec
 
-from runtime.backend.protocol import PrefillPaused
+from runtime.backend.protocol import DecodePaused, PrefillPaused
 from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
 from runtime.log import get_logger
 from runtime.loop.fair import KeyShare, namespace_of
@@ -32,6 +32,8 @@ from runtime.loop.policy import Cost, Policy, Preemptive, Running, make_policy
 from runtime.types import RequestKind
 
 log = get_logger(__name__)
+
+UNBOUNDED = 1 << 20  # what a generation without max_tokens has left, as the fair policy counts it
 
 T = TypeVar("T")
 
@@ -61,6 +63,23 @@ class Job(Generic[T]):
     paused_at: float | None = None
     stint: float = 0.0  # when it last (re)started on the slot
     pause_check: Callable[[int, int], bool] | None = None  # the slot asks it between prefill chunks
+    decode_check: Callable[[int], bool] | None = None  # the slot asks it after each generated token
+    budget: int = 0  # max_tokens as its cost said it (0: none), kept once its generation paused
+    kept: object = None  # what the turn keeps across the runs of a paused generation (its text split so far)
+    decoding: bool = False  # paused in its generation (it has its first token): the next run goes on from there
+
+    @property
+    def carry(self) -> DecodePaused | None:
+        """Its last pause when that paused its generation (the slot goes on from it), else None."""
+        last = self.pauses[-1] if self.pauses else None
+        return last if self.decoding and isinstance(last, DecodePaused) else None
+
+    def drop_carry(self) -> None:
+        """Free a paused generation that will not run again (the job was withdrawn or the runtime closed)."""
+        carry = self.carry
+        if carry is not None:
+            self.decoding = False
+            carry.close()
 
     def is_cancelled(self) -> bool:
         return self.cancelled
@@ -84,7 +103,8 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     rejected: int
     policy: str
     max_skips: int  # the most times one request was passed over by a later one
-    pauses: int = 0  # prefills paused at a chunk boundary for a waiting request (the fair policy)
+    pauses: int = 0  # prefills paused at a chunk boundary or generations after a token (the fair policy)
+    decode_pauses: int = 0  # of those, generations paused after a token
 
 
 @dataclass
@@ -96,6 +116,7 @@ class _Counters:
     timed_out: int = 0
     rejected: int = 0
     pauses: int = 0
+    decode_pauses: int = 0
 
 
 class Scheduler:
@@ -113,11 +134,12 @@ class Scheduler:
         idle: Callable[[], Awaitable[None]] | None = None,
         weight: Callable[[str], int] = lambda _key: 1,
         prefill_quantum_ms: float | None = None,
+        decode_quantum_ms: float | None = None,
     ) -> None:
         assert max_queued >= 1, max_queued
         self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
         self._idle_due = False
-        self.policy = make_policy(policy, prefill_quantum_ms)
+        self.policy = make_policy(policy, prefill_quantum_ms, decode_quantum_ms)
         self.keys = KeyShare(weight)  # which key (session namespace) runs next; `weight(key)` its share
         self.on_done: list[Callable[[Job[Any]], None]] = []  # called on the loop after each job ran
         self._waiting: tuple[Job[Any], ...] = ()  # heads that could run next (read by the slot thread's pause check)
@@ -199,6 +221,7 @@ class Scheduler:
             job.cancelled = True
             if self._dequeue(job):
                 self._n.cancelled += 1
+                job.drop_carry()
                 job.finish()
                 log.info("request.cancelled", request_id=job.id, session_id=job.session_id, where="queued", why=why)
                 return
@@ -252,10 +275,34 @@ class Scheduler:
 
         return check
 
+    def _decode_check(self, job: Job[Any]) -> Callable[[int], bool] | None:
+        """The check the slot calls after each generated token (in its thread), or None for a policy that never
+        pauses a generation."""
+        policy = self.policy
+        if not isinstance(policy, Preemptive) or not getattr(policy, "pauses_decode", False):
+            return None
+        budget = job.budget if job.decoding else job.cost.generate
+
+        def check(generated: int) -> bool:
+            if job.cancelled:
+                return False
+            held = time.perf_counter() - job.stint
+            left = max(0, budget - generated) if budget > 0 else UNBOUNDED
+            return policy.preempt(Running(job.session_id, held, Cost(0, left), job.skips, True), self._waiting)
+
+        return check
+
     def _requeue(self, job: Job[Any], paused: PrefillPaused) -> None:
         """A paused job goes back to the head of its session's queue, keeping its arrival (and so its place)."""
         job.pauses.append(paused)
-        job.cost = Cost(paused.total - paused.done, job.cost.generate)
+        if isinstance(paused, DecodePaused):
+            if not job.decoding:
+                job.budget = job.cost.generate  # its max_tokens (0: none)
+            job.decoding = True
+            self._n.decode_pauses += 1
+            job.cost = Cost(0, max(0, job.budget - paused.generated) if job.budget > 0 else UNBOUNDED)
+        else:
+            job.cost = Cost(paused.total - paused.done, job.cost.generate)
         job.paused_at = time.perf_counter()
         self._queues.setdefault(job.session_id, deque()).appendleft(job)
         self._n_queued += 1
@@ -267,6 +314,7 @@ class Scheduler:
             session_id=job.session_id,
             done=paused.done,
             total=paused.total,
+            generated=paused.generated if isinstance(paused, DecodePaused) else 0,
             pauses=len(job.pauses),
         )
 
@@ -307,6 +355,7 @@ class Scheduler:
                 if job.paused_at is not None:
                     self._resumed(job)
                 job.pause_check = self._pause_check(job)
+                job.decode_check = self._decode_check(job)
                 try:
                     job.result = await job.execute(job)
                     if job.cancelled:
@@ -318,6 +367,8 @@ class Scheduler:
                     if paused:
                         self._requeue(job, p)
                     else:
+                        if isinstance(p, DecodePaused):
+                            p.close()
                         self._n.cancelled += 1
                 except Exception as e:  # delivered to the caller
                     job.error = e
@@ -374,6 +425,7 @@ class Scheduler:
         for q in self._queues.values():
             for job in q:
                 job.error = RuntimeClosed("the runtime closed before this request ran")
+                job.drop_carry()
                 job.finish()
         self._queues.clear()
         self._n_queued = 0
@@ -417,4 +469,5 @@ class Scheduler:
             policy=self.policy.name,
             max_skips=self._max_skips,
             pauses=n.pauses,
+            decode_pauses=n.decode_pauses,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -59,6 +60,15 @@ def with_probs(parts: list[str], probs: tuple[TokenProb, ...]) -> list[str]:
         if not isinstance(parts[i], Reasoning) and parts[i]:
             return [*parts[:i], ProbText(parts[i], probs), *parts[i + 1 :]]
     return parts
+
+
+@dataclass
+class Said:
+    """A chat turn's text split so far, kept on its job while its generation is paused (`Job.kept`)."""
+
+    splitter: Splitter
+    said: list[str]
+    first: list[bool]
 
 
 class TurnRunner:
@@ -211,9 +221,11 @@ class TurnRunner:
             inside = fmt is not None and fmt.opens_block(rendered.text)
             wrote = fmt is not None and (inside or fmt.closes_block(rendered.text))  # the prompt has the block
             prefix = rendered.text[rendered.text.rfind(fmt.start) :] if fmt is not None and wrote else ""
-            splitter = Splitter(fmt, inside=inside, keep=opts.keep, prefix=prefix)
-            said: list[str] = []
-            first = [True]
+            if job.decoding and isinstance(job.kept, Said):  # a paused generation goes on: so does its text
+                splitter, said, first = job.kept.splitter, job.kept.said, job.kept.first
+            else:
+                splitter, said, first = Splitter(fmt, inside=inside, keep=opts.keep, prefix=prefix), [], [True]
+                job.kept = Said(splitter, said, first)
 
             def emit(parts: list[str]) -> None:
                 said.extend(parts)
@@ -251,6 +263,8 @@ class TurnRunner:
                 preserved=fmt.tags if fmt is not None else (),
                 pause=job.pause_check,
                 resumed=bool(job.pauses),
+                pause_decode=job.decode_check,
+                carry=job.carry.carry if job.carry is not None else None,
             )
             try:
                 result = dataclasses.replace(self.backend.run(req), dropped_messages=dropped)
@@ -311,6 +325,7 @@ class TurnRunner:
                 prefilled_tokens=r.prefilled_tokens + sum(p.prefilled for p in job.pauses),
                 cache_source=first.source,
                 t_prefill=r.t_prefill + sum(p.t_prefill for p in job.pauses),
+                t_decode=r.t_decode + sum(p.t_decode for p in job.pauses),
             )
         return Reply(
             session_id=job.session_id,

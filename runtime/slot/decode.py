@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from runtime.backend.protocol import SlotRequest
 from runtime.llama.engine import Engine
+from runtime.llama.sampler import Sampler
 from runtime.reasoning import Budget, utf8_complete
 from runtime.reply import ProbText, TokenProb
 from runtime.slot.detok import IncrementalText
@@ -34,7 +35,7 @@ from runtime.slot.stops import StopMatcher
 from runtime.types import FinishReason
 from sessions import Sampling
 
-__all__ = ["Decoded", "budget_for", "generate", "preserved_tokens"]
+__all__ = ["Decoded", "Generation", "budget_for", "generate", "preserved_tokens"]
 
 
 @dataclass
@@ -44,9 +45,9 @@ class Decoded:
     finish: FinishReason
     t_first: float | None
     tokens: list[int] = field(default_factory=list)  # every emitted token
+    probs: list[TokenProb] = field(default_factory=list)  # each token's probabilities (`Sampling.n_probs` > 0)
     text: str = ""  # the reply's text, cut at a stop string
     stopped_by: str | None = None  # the stop string that ended it
-    probs: list[TokenProb] = field(default_factory=list)  # each token's probabilities (`Sampling.n_probs` > 0)
     draft_n: int = 0  # tokens drafted (llama-server's draft_n)
     draft_n_accepted: int = 0
     steps: int = 0  # decode batches run
@@ -70,89 +71,159 @@ def generate(
     token that enters memory (the n-gram index follows the slot's tokens that way). `budget`: a reasoning
     budget that forces its closer when spent (no drafter then); `preserved`: special tokens detokenized as text.
     """
-    max_tokens = req.sampling.max_tokens
-    detok = IncrementalText()
-    stops = StopMatcher(req.sampling.stop)
-    out = Decoded("stop", None)
-    generated = out.tokens
-    s = req.sampling
+    gen = Generation(eng, tokens, req, t0, drafter, on_token, budget=budget, preserved=preserved)
+    out = gen.run(tokens, req)
+    assert out is not None  # no pause check: it runs to its end
+    return out
 
-    n_probs = s.n_probs
 
-    def emit(tok: int, idx: int = -1) -> FinishReason | None:
-        """Hand on token `tok`, sampled at output `idx` (its logits still current: its probabilities are read)."""
-        probs = sampler.probs(idx, tok, n_probs, special=preserved) if n_probs else None
-        generated.append(tok)
-        if out.t_first is None:
-            out.t_first = time.perf_counter() - t0
-        eog = eng.is_eog(tok)
-        raw = eng.token_to_piece(tok, special=tok in preserved)
-        if budget is not None:
-            budget.accept(raw.decode("utf-8", "ignore"), utf8_complete(raw))
-        piece = "" if eog else detok.feed(raw)
-        text = stops.feed(piece, final=eog)
-        finish: FinishReason | None = None
-        if stops.stopped_by is not None or eog:
-            finish = "stop"
-        elif len(tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
-            finish = "length"
-            text += stops.feed(detok.flush(), final=True)
-        if probs is not None and not detok.pending:  # llama-server leaves out a token that ends inside a character
-            entry = TokenProb(tok, text, raw, probs[0], tuple(probs[1]))
-            out.probs.append(entry)
-            if req.on_piece is not None:
-                req.on_piece(ProbText(text, (entry,)))  # one piece per token, as llama-server streams them
-        elif text and req.on_piece is not None:
-            req.on_piece(text)
-        return finish
+class Generation:
+    """One reply's decode loop as an object, so that it can stop after a token and go on later exactly.
 
-    def enter(tok: int) -> None:
-        tokens.append(tok)
-        if on_token is not None:
-            on_token(tok)
+    `run` decodes until the reply ends (it returns the `Decoded`, and the sampler is freed) or, when its `pause`
+    check says so after a token was emitted, stops before that token is evaluated: it returns None, and the slot
+    then holds `held` (the prompt and the tokens that entered memory), a state like any other. A later `run`
+    (the slot's memory equal to `held` again) evaluates the pending token in the same one-token step an unpaused
+    loop runs, with the same sampler (its random state, penalties and grammar), detokenizer, stop matcher and
+    budget, so the reply's tokens and text are those of an unpaused one. `close` frees a paused one's sampler.
+    """
 
-    def done(finish: FinishReason) -> Decoded:
-        out.finish, out.text, out.stopped_by = finish, stops.text, stops.stopped_by
-        if drafter is not None:
-            eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
-            out.draft_n, out.draft_n_accepted = drafter.drafted, drafter.accepted
-        return out
-
-    def verify(draft: list[int]) -> tuple[int, int | None, FinishReason | None]:
-        """(accepted, the next pending token if a drafted one was refused, a finish reason)."""
-        for i, d in enumerate(draft):
-            if req.cancel():
-                return i, None, "cancelled"
-            t = sampler.sample(i)  # the logits of batch position i predict drafted token i
-            if t != d:
-                return i, t, None
-            finish = emit(d, i)
-            if finish is not None:
-                return i + 1, None, finish
-            enter(d)
-        return len(draft), None, None
-
-    lazy = req.grammar is not None and req.grammar.lazy
-
-    def pick(idx: int = -1) -> int:
-        """The next token: forced by the budget, or sampled (a lazy grammar stays out of the reasoning block)."""
-        forced = budget.forced() if budget is not None else None
-        if forced is not None:
-            return sampler.force(forced)
-        return sampler.sample(idx, grammar=not (lazy and budget is not None and budget.in_block))
-
-    with eng.sampler(s, req.grammar) as sampler:
+    def __init__(
+        self,
+        eng: Engine,
+        tokens: list[int],
+        req: SlotRequest,
+        t0: float,
+        drafter: Drafter | None = None,
+        on_token: Callable[[int], None] | None = None,
+        *,
+        budget: Budget | None = None,
+        preserved: frozenset[int] = frozenset(),
+    ) -> None:
+        self.eng, self.t0, self.drafter, self.on_token = eng, t0, drafter, on_token
+        self.budget, self.preserved = budget, preserved
+        self.max_tokens = req.sampling.max_tokens
+        self.detok = IncrementalText()
+        self.stops = StopMatcher(req.sampling.stop)
+        self.out = Decoded("stop", None)
+        self.lazy = req.grammar is not None and req.grammar.lazy
+        self.pending: int | None = None  # sampled and emitted, not yet in memory (a paused loop's next step)
+        self.held: list[int] = []  # what memory holds while paused
+        s = req.sampling
+        self.sampler: Sampler | None = eng.sampler(s, req.grammar)
         seen = prompt_window(s, len(tokens))
         if seen:  # llama-server feeds the prompt to the sampler first: penalties and DRY see its last tokens
             for t in tokens[-seen:]:
-                sampler.accept(t)
+                self.sampler.accept(t)
+
+    @property
+    def paused(self) -> bool:
+        return self.pending is not None
+
+    def close(self) -> None:
+        """Free the sampler (a paused generation that will not run again)."""
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+
+    def run(self, tokens: list[int], req: SlotRequest, pause: Callable[[int], bool] | None = None) -> Decoded | None:
+        """Decode on (from the start, or from where it paused: `tokens` then equals `held`); `req` gives this
+        run's callbacks (`on_piece`, `cancel`); `pause(generated)` is asked after each emitted token."""
+        try:
+            out = self._run(tokens, req, pause)
+        except BaseException:
+            self.close()
+            raise
+        if out is not None:
+            self.close()
+        return out
+
+    def _run(self, tokens: list[int], req: SlotRequest, pause: Callable[[int], bool] | None) -> Decoded | None:
+        eng, drafter, budget, max_tokens = self.eng, self.drafter, self.budget, self.max_tokens
+        detok, stops, out, preserved = self.detok, self.stops, self.out, self.preserved
+        sampler = self.sampler
+        assert sampler is not None, "a generation runs once to its end"
+        generated = out.tokens
+
+        n_probs = req.sampling.n_probs
+
+        def emit(tok: int, idx: int = -1) -> FinishReason | None:
+            """Hand on token `tok`, sampled at output `idx` (its logits still current: its probabilities are read)."""
+            probs = sampler.probs(idx, tok, n_probs, special=preserved) if n_probs else None
+            generated.append(tok)
+            if out.t_first is None:
+                out.t_first = time.perf_counter() - self.t0
+            eog = eng.is_eog(tok)
+            raw = eng.token_to_piece(tok, special=tok in preserved)
+            if budget is not None:
+                budget.accept(raw.decode("utf-8", "ignore"), utf8_complete(raw))
+            piece = "" if eog else detok.feed(raw)
+            text = stops.feed(piece, final=eog)
+            finish: FinishReason | None = None
+            if stops.stopped_by is not None or eog:
+                finish = "stop"
+            elif len(tokens) + 1 >= eng.n_ctx or (max_tokens is not None and len(generated) >= max_tokens):
+                finish = "length"
+                text += stops.feed(detok.flush(), final=True)
+            if probs is not None and not detok.pending:  # llama-server leaves out a token ending inside a character
+                entry = TokenProb(tok, text, raw, probs[0], tuple(probs[1]))
+                out.probs.append(entry)
+                if req.on_piece is not None:
+                    req.on_piece(ProbText(text, (entry,)))  # one piece per token, as llama-server streams them
+            elif text and req.on_piece is not None:
+                req.on_piece(text)
+            return finish
+
+        def enter(tok: int) -> None:
+            tokens.append(tok)
+            if self.on_token is not None:
+                self.on_token(tok)
+
+        def done(finish: FinishReason) -> Decoded:
+            out.finish, out.text, out.stopped_by = finish, stops.text, stops.stopped_by
+            if drafter is not None:
+                eng.seq_rm(len(tokens), -1)  # drop what memory holds beyond `tokens` (a draft's unaccepted rest)
+                out.draft_n, out.draft_n_accepted = drafter.drafted, drafter.accepted
+            return out
+
+        def verify(draft: list[int]) -> tuple[int, int | None, FinishReason | None]:
+            """(accepted, the next pending token if a drafted one was refused, a finish reason)."""
+            for i, d in enumerate(draft):
+                if req.cancel():
+                    return i, None, "cancelled"
+                t = sampler.sample(i)  # the logits of batch position i predict drafted token i
+                if t != d:
+                    return i, t, None
+                finish = emit(d, i)
+                if finish is not None:
+                    return i + 1, None, finish
+                enter(d)
+            return len(draft), None, None
+
+        def pick(idx: int = -1) -> int:
+            """The next token: forced by the budget, or sampled (a lazy grammar stays out of the reasoning block)."""
+            forced = budget.forced() if budget is not None else None
+            if forced is not None:
+                return sampler.force(forced)
+            return sampler.sample(idx, grammar=not (self.lazy and budget is not None and budget.in_block))
+
         if req.cancel():
             return done("cancelled")
-        tok, at = pick(), -1
+        resumed = self.pending
+        if resumed is not None:
+            tok, self.pending, self.held = resumed, None, []
+        else:
+            tok = pick()
+        at = -1  # the output whose logits gave `tok` (a paused token was emitted before the pause)
         while True:
-            finish = emit(tok, at)
-            if finish is not None:
-                return done(finish)
+            if resumed is None:
+                finish = emit(tok, at)
+                if finish is not None:
+                    return done(finish)
+                if pause is not None and pause(len(generated)):
+                    self.pending, self.held = tok, list(tokens)  # memory holds `tokens`; `tok` is the next step
+                    return None
+            resumed = None
             draft: list[int] = []
             if drafter is not None:
                 room = min(eng.n_ctx - len(tokens) - 2, eng.n_batch - 1)
@@ -162,8 +233,8 @@ def generate(
             eng.decode([tok, *draft], len(tokens), logits_all=bool(draft))
             out.steps += 1
             enter(tok)
-            nxt: int | None = None
             at = len(draft) if draft else -1
+            nxt: int | None = None
             if drafter is not None and draft:
                 accepted, nxt, finish = verify(draft)
                 drafter.accepted_n(len(draft), accepted)
@@ -177,17 +248,6 @@ def generate(
                     return done("cancelled")
                 nxt = pick(at)
             tok = nxt
-
-
-def prompt_window(s: Sampling, n_prompt: int) -> int:
-    """How many of the prompt's last tokens the sampler must see before decoding: the penalties' window and
-    DRY's (0: neither is on, the prompt changes nothing; -1: the whole prompt)."""
-    windows = [0]
-    if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
-        windows.append(n_prompt if s.repeat_last_n < 0 else s.repeat_last_n)
-    if s.dry_multiplier != 0 and s.mirostat == 0:
-        windows.append(s.dry_penalty_last_n)
-    return min(max(windows), n_prompt)
 
 
 def budget_for(eng: Engine, req: SlotRequest) -> Budget | None:
@@ -208,3 +268,14 @@ def preserved_tokens(eng: Engine, req: SlotRequest) -> frozenset[int]:
         if len(toks) == 1:
             out.add(toks[0])
     return frozenset(out)
+
+
+def prompt_window(s: Sampling, n_prompt: int) -> int:
+    """How many of the prompt's last tokens the sampler must see before decoding: the penalties' window and
+    DRY's (0: neither is on, the prompt changes nothing; -1: the whole prompt)."""
+    windows = [0]
+    if s.repeat_penalty != 1.0 or s.presence_penalty or s.frequency_penalty:
+        windows.append(n_prompt if s.repeat_last_n < 0 else s.repeat_last_n)
+    if s.dry_multiplier != 0 and s.mirostat == 0:
+        windows.append(s.dry_penalty_last_n)
+    return min(max(windows), n_prompt)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import structlog
 
@@ -23,13 +23,13 @@ from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
 from caches.tiered import Fetched, Swap, TieredCache
 from caches.tokens import lcp
-from runtime.backend.protocol import PrefillPaused, SlotRequest, SlotResult, SlotStats
+from runtime.backend.protocol import DecodePaused, PrefillPaused, SlotRequest, SlotResult, SlotStats
 from runtime.cache_rules import CacheRuleSet
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
 from runtime.slot.commit import LastToken
-from runtime.slot.decode import Decoded, budget_for, generate, preserved_tokens
+from runtime.slot.decode import Decoded, Generation, budget_for, preserved_tokens
 from runtime.slot.lookup import TurnstileLookup, usable
 from runtime.slot.ngram import Drafter, NgramIndex
 from runtime.slot.shared import AnyState, StateCodec, held_by_entries, share, state_bytes
@@ -203,17 +203,19 @@ class Slot:
         if n_prompt >= self.engine.n_ctx or n_prompt + room > self.engine.n_ctx:
             raise ContextOverflow(n_prompt, self.engine.n_ctx, room)
 
-    def _reuse_prefix(self, prompt: Sequence[int], resumed: bool = False) -> tuple[int, bool]:
+    def _reuse_prefix(self, prompt: Sequence[int], resumed: bool = False, decoding: bool = False) -> tuple[int, bool]:
         """Prefix reuse: returns (n_past, whether a checkpoint was restored).
 
         `resumed`: a paused prefill run again. When the slot holds exactly a prefix of its prompt, its memory is
         the one the unpaused prefill had at that chunk boundary, so it continues from there as that prefill
-        would, where llama-server's rule would roll a sliding-window memory back to a checkpoint."""
+        would, where llama-server's rule would roll a sliding-window memory back to a checkpoint. `decoding`: a paused
+        generation run again (`prompt` is what its memory held): when the slot holds all of it, nothing is evaluated
+        again (its next token is pending, not in memory)."""
         eng = self.engine
         n_past = lcp(self.tokens, prompt)
         pos_next = n_past
         restored = False
-        whole = resumed and 0 < n_past == len(self.tokens) < len(prompt)
+        whole = resumed and 0 < n_past == len(self.tokens) and (n_past < len(prompt) or decoding)
         if self.max_checkpoints and 0 < n_past <= len(self.tokens) and not whole:
             has_new = n_past < len(prompt)
             thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
@@ -229,7 +231,7 @@ class Slot:
                     pos_next = n_past = 0
         if self.max_checkpoints:
             self.checkpoints = [c for c in self.checkpoints if c.pos_max <= pos_next]
-        if n_past == len(prompt) and n_past > 0:
+        if n_past == len(prompt) and n_past > 0 and not decoding:
             n_past -= 1  # the last prompt token is always evaluated, for its logits
         del self.tokens[n_past:]
         if not eng.seq_rm(n_past, -1) and n_past == 0:
@@ -339,12 +341,27 @@ class Slot:
             return self._run(req, prompt, max_tokens)
 
     def _run(self, req: SlotRequest, prompt: list[int], max_tokens: int | None) -> SlotResult:
-        eng = self.engine
         t0 = time.perf_counter()
-        swap = self._use_cache(prompt)
+        gen = req.carry
+        if gen is not None and not isinstance(gen, Generation):
+            raise TypeError(f"carry must be a paused Generation of this slot, not {type(gen).__name__}")
+        # what the slot must hold before it goes on: the prompt, or a paused generation's prompt and tokens
+        target = gen.held if gen is not None else prompt
+        try:
+            return self._go(req, prompt, target, gen, t0)
+        finally:
+            if gen is not None and not gen.paused:
+                gen.close()  # it ended (or failed, or was cancelled): never runs again
+
+    def _go(
+        self, req: SlotRequest, prompt: list[int], target: list[int], gen: Generation | None, t0: float
+    ) -> SlotResult:
+        eng = self.engine
+        decoding = gen is not None
+        swap = self._use_cache(target)
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
-        n_past, from_ckpt = self._reuse_prefix(prompt, req.resumed)
+        n_past, from_ckpt = self._reuse_prefix(target, req.resumed, decoding=decoding)
         t_cache = time.perf_counter() - t0
         if n_past == 0:
             source = "none"
@@ -352,10 +369,10 @@ class Slot:
             source = "checkpoint"
         elif source is None:
             source = "slot"
-        log.info("cache.decision", source=source, cached=n_past, prompt=len(prompt), saved=saved, restored=restored)
-        if req.on_start is not None:
+        log.info("cache.decision", source=source, cached=n_past, prompt=len(target), saved=saved, restored=restored)
+        if req.on_start is not None and not decoding:
             req.on_start(len(prompt), n_past)
-        if req.on_prefill is not None:
+        if req.on_prefill is not None and not decoding:
             req.on_prefill(n_past, len(prompt))
         if not req.resumed:  # a paused request run again is the same request
             self._n.requests += 1
@@ -363,28 +380,57 @@ class Slot:
             self._n.cached_tokens += n_past
         eng.set_abort(req.cancel)
         done = Decoded("cancelled", None)  # what a cancel during prefill leaves: nothing generated
+        if gen is not None:
+            done = Decoded("cancelled", gen.out.t_first, gen.out.tokens, gen.out.probs, gen.stops.text)
         t1 = time.perf_counter()
         t_prefill = 0.0
+        t2 = t1
         try:
             try:
-                self._prefill(req)
+                if len(self.tokens) < len(target):  # a paused generation's state is whole: nothing to evaluate
+                    self._prefill(req if gen is None else replace(req, prompt=target, pause=None, on_prefill=None))
             finally:
                 t_prefill = time.perf_counter() - t1
                 self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
-            log.info("prefill.done", prefilled=len(prompt) - n_past, seconds=round(t_prefill, 4))
+            prefilled = len(self.tokens) - n_past
+            log.info("prefill.done", prefilled=prefilled, seconds=round(t_prefill, 4))
             eng.set_abort(None)  # single-token decodes are short: cancel between tokens
-            budget = budget_for(eng, req)
-            drafter = None if budget is not None else self._drafter(req)  # a budget forces tokens: no drafts
-            on_token = self.ngram.append if drafter is not None else None
-            done = generate(
-                eng, self.tokens, req, t0, drafter, on_token, budget=budget, preserved=preserved_tokens(eng, req)
-            )
+            t2 = time.perf_counter()
+            if gen is None:
+                budget = budget_for(eng, req)
+                drafter = None if budget is not None else self._drafter(req)  # a budget forces tokens: no drafts
+                on_token = self.ngram.append if drafter is not None else None
+                gen = Generation(
+                    eng, self.tokens, req, t0, drafter, on_token, budget=budget, preserved=preserved_tokens(eng, req)
+                )
+            elif gen.drafter is not None:
+                self.ngram.sync(self.tokens)  # the index followed other conversations meanwhile
+            out = gen.run(self.tokens, req, req.pause_decode)
+            if out is None:
+                raise _DecodePause
+            done = out
         except _Cancelled:
             pass
         except _Paused:
             done_n = len(self.tokens)
             log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
             raise PrefillPaused(done_n, len(prompt), n_past, done_n - n_past, t_prefill, source) from None
+        except _DecodePause:
+            assert gen is not None
+            t_decode = time.perf_counter() - t2
+            n_gen = len(gen.out.tokens)
+            log.info("decode.paused", generated=n_gen, held=len(self.tokens), seconds=round(t_decode, 4))
+            raise DecodePaused(
+                len(self.tokens),
+                len(prompt),
+                n_past,
+                prefilled,
+                t_prefill,
+                source,
+                generated=n_gen,
+                t_decode=t_decode,
+                carry=gen,
+            ) from None
         finally:
             eng.set_abort(None)
         t_decode = time.perf_counter() - t1 - t_prefill
@@ -401,7 +447,7 @@ class Slot:
             tokens=done.tokens,
             prompt_tokens=len(prompt),
             cached_tokens=n_past,
-            prefilled_tokens=len(prompt) - n_past,
+            prefilled_tokens=len(target) - n_past,
             cache_source=source,
             bytes_saved=saved,
             bytes_restored=restored,
@@ -431,3 +477,7 @@ class _Cancelled(Exception):
 
 class _Paused(Exception):
     """Internal: the request's pause check said stop at this chunk boundary."""
+
+
+class _DecodePause(Exception):
+    """Internal: the request's decode pause check said stop after this token."""

@@ -71,6 +71,7 @@ def test_errors_live_in_one_module_but_for_the_http_response_and_test_harnesses(
         if e.__module__ != "runtime.errors" and not e.__name__.startswith("_")
     )
     assert elsewhere == [  # the slot's and the HTTP adapter's own signals and response, the test harnesses' failures
+        "runtime.backend.protocol.DecodePaused",
         "runtime.backend.protocol.PrefillPaused",
         "runtime.serve.http.endpoint.ClientGone",
         "runtime.serve.http.errors.ApiError",

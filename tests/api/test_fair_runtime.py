@@ -125,3 +125,98 @@ async def test_a_request_cancelled_while_paused_commits_nothing(tiny_llama: Path
         assert (st.scheduler.pauses, st.scheduler.cancelled, st.scheduler.completed) == (1, 1, 1 + 2 * SHORTS)
         assert len(shorts) == SHORTS and (await rt.get_session("long")).messages == ()
         assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
+
+
+LONG_REPLY: dict[str, Any] = {"max_tokens": 24, "temperature": 0.0, "ignore_eos": True}
+
+
+class GatedDecode(Fair):
+    """`Fair` whose first decode preemption check (after the long reply's first token) waits for the short turns."""
+
+    def __init__(self) -> None:
+        super().__init__(quantum_ms=0, decode_quantum_ms=0)
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def preempt(self, running: Running, waiting: Sequence[Candidate]) -> bool:
+        if running.decoding and not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(30)
+        return super().preempt(running, waiting)
+
+
+async def play_decode(
+    model: Path, policy: str, cancel: bool = False
+) -> tuple[list[str], Reply | None, list[Reply], Any]:
+    """One long reply (streamed) and short turns queued after its first token: (its pieces, it, the short ones)."""
+    async with Runtime.open(model, policy=policy, **OPTS) as rt:
+        gated = GatedDecode()
+        if policy == "fair":
+            rt.scheduler.policy = gated
+        await rt.create_session("g", system="You tell stories.")
+        for i in range(SHORTS):
+            await rt.create_session(f"s{i}", system=f"You are agent {i}.")
+        pieces: list[str] = []
+        out: dict[str, Reply] = {}
+        shorts: list[Reply | None] = [None] * SHORTS
+        scope = anyio.CancelScope()
+
+        async def long() -> None:
+            with scope:
+                async for item in rt.stream("g", "Tell me a long story about the sea.", **LONG_REPLY):
+                    if isinstance(item, Reply):
+                        out["g"] = item
+                    else:
+                        pieces.append(item)
+
+        async def short(i: int) -> None:
+            shorts[i] = await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long)
+            if policy == "fair":
+                await anyio.to_thread.run_sync(gated.reached.wait, 30)  # its first token is out
+            else:
+                while rt.scheduler.running is None:
+                    await anyio.lowlevel.checkpoint()
+            for i in range(SHORTS):
+                tg.start_soon(short, i)
+            while len(rt.scheduler) < SHORTS:
+                await anyio.lowlevel.checkpoint()
+            gated.go.set()
+            if cancel:
+                while rt.stats().scheduler.decode_pauses < 1:
+                    await anyio.lowlevel.checkpoint()
+                scope.cancel()
+        stats = (rt.stats(), (await rt.get_session("g")).messages)
+    return pieces, out.get("g"), [r for r in shorts if r is not None], stats
+
+
+async def test_fair_pauses_a_generation_for_first_tokens_and_changes_no_reply(tiny_llama: Path) -> None:
+    fifo_pieces, fifo_long, fifo_shorts, _ = await play_decode(tiny_llama, "fifo")
+    with capture_logs() as logs:
+        pieces, fair_long, fair_shorts, (st, _) = await play_decode(tiny_llama, "fair")
+    assert fifo_long is not None and fair_long is not None
+    assert st.scheduler.decode_pauses >= 1 and st.scheduler.pauses == st.scheduler.decode_pauses
+    # every short turn had its first token before the long reply's end
+    events = [(e["event"], e.get("request_id")) for e in logs]
+    end = events.index(("request.done", fair_long.request_id))
+    firsts = [rid for ev, rid in events[:end] if ev == "request.first_token" and rid != fair_long.request_id]
+    assert sorted(firsts) == sorted(r.request_id for r in fair_shorts)
+    # no reply changed: texts, tokens counted, and the stream saw each piece once, in order
+    assert fair_long.text == fifo_long.text == "".join(pieces) and pieces == fifo_pieces
+    assert fair_long.usage == fifo_long.usage and fair_long.usage.generated_tokens == 24
+    assert [r.text for r in fair_shorts] == [r.text for r in fifo_shorts]
+    assert fair_long.timings.paused > 0 and fifo_long.timings.paused == 0
+    paused = [e for e in logs if e["event"] == "request.paused" and e["request_id"] == fair_long.request_id]
+    # the check after its first token saw the queue as it was before the short turns came; the next one paused
+    assert paused[0]["generated"] == 2
+    resumed = [e for e in logs if e["event"] == "cache.decision" and e.get("request_id") == fair_long.request_id]
+    assert resumed[-1]["source"] == "ram" and resumed[-1]["cached"] == paused[-1]["done"]  # its whole state
+
+
+async def test_a_generation_cancelled_while_paused_commits_nothing(tiny_llama: Path) -> None:
+    _, long, shorts, (st, messages) = await play_decode(tiny_llama, "fair", cancel=True)
+    assert long is None and messages == () and len(shorts) == SHORTS
+    assert st.scheduler.decode_pauses >= 1 and st.scheduler.cancelled == 1  # (the short turns pause each other too)
+    assert st.slot.requests == SHORTS + 1 and st.slot.generated_tokens == SHORTS * GEN["max_tokens"]

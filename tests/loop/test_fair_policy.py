@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from runtime.backend.protocol import PrefillPaused
+from runtime.backend.protocol import DecodePaused, PrefillPaused
 from runtime.config import RuntimeConfig
 from runtime.errors import InvalidConfig
 from runtime.log import capture_logs
@@ -210,3 +210,125 @@ async def test_a_request_cancelled_while_paused_leaves_the_queue_and_never_runs_
     assert p.runs == [("long", 0, 100)]  # never resumed
     st = sched.stats()
     assert (st.cancelled, st.completed, st.pauses, st.queued) == (1, 1, 1, 0)
+
+
+@dataclass
+class G(C):
+    decoding: bool = False
+
+
+def test_fair_pauses_a_generation_after_its_quantum_for_a_first_token_only() -> None:
+    fair = Fair(decode_quantum_ms=100)
+    short = [G("s", 5, cost=Cost(100, 48))]  # first token in 100 / 32 + 1 steps
+    gen = Running("g", 0.099, Cost(0, 40), 0, decoding=True)
+    assert not fair.preempt(gen, short)  # inside its quantum
+    gen = Running("g", 0.100, Cost(0, 40), 0, decoding=True)
+    assert fair.preempt(gen, short)
+    assert not fair.preempt(Running("g", 1.0, Cost(0, 4), 0, decoding=True), short)  # it ends sooner
+    assert not fair.preempt(gen, [G("s", 5, cost=Cost(0, 30), decoding=True)])  # a paused generation waits
+    assert not fair.preempt(gen, [G("s", 5, cost=Cost(6000, 48))])  # a long prompt: its first token is later
+    assert not fair.preempt(Running("s", 1.0, Cost(0, 40), 0, decoding=True), short)  # its own session
+    assert not Fair(decode_quantum_ms=None).preempt(gen, short)
+    assert make_policy("fair", None, float("inf")).pauses_decode is False  # type: ignore[attr-defined]
+    assert make_policy("fair", None, 20.0).decode_quantum_ms == 20.0  # type: ignore[attr-defined]
+    with pytest.raises(InvalidConfig, match="decode_quantum_ms"):
+        RuntimeConfig.build(policy="fair", decode_quantum_ms=-1)
+    assert RuntimeConfig.build(decode_quantum_ms=float("inf")).scheduler.decode_quantum_ms == float("inf")
+
+
+def test_fair_gives_first_tokens_before_paused_generations_and_those_before_a_long_prompt() -> None:
+    long = G("long", 1, cost=Cost(5000, 48))
+    gen = G("g", 2, cost=Cost(0, 40), decoding=True)
+    fresh = G("s", 5, cost=Cost(100, 48))
+    assert Fair().pick([long, gen, fresh], lambda c: 0) is fresh  # its first token comes sooner than gen's end
+    assert Fair().pick([long, gen], lambda c: 0) is gen  # then the paused generation, before the long prompt
+    assert Fair().pick([long, gen, G("d", 6, cost=Cost(3000, 48))], lambda c: 0) is gen
+    assert Fair().pick([long, G("s", 5, cost=Cost(100, 48))], lambda c: 0).session_id == "s"  # as before
+    gen.skips = long.skips = 4
+    assert Fair().pick([long, gen, fresh], lambda c: 0) is long  # passed over max_skips times: oldest first
+
+
+class Carried:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class Decode:
+    """Jobs that generate `total` tokens one at a time, asking the decode check after each (as the slot does)."""
+
+    def __init__(self) -> None:
+        self.done: dict[int, int] = {}
+        self.runs: list[tuple[str, int, int]] = []
+        self.carries: dict[int, Carried] = {}
+        self.gate: anyio.Event | None = None
+        self.started = anyio.Event()
+
+    def work(self, total: int) -> Callable[[Job[int]], Awaitable[int]]:
+        async def execute(job: Job[int]) -> int:
+            start = done = self.done.get(job.id, 0)
+            assert (job.carry is not None) == (start > 0)  # a resumed generation is handed its carry
+            self.started.set()
+            try:
+                while done < total:
+                    if self.gate is not None:
+                        await self.gate.wait()
+                    await anyio.lowlevel.checkpoint()
+                    done += 1
+                    if done < total and job.decode_check is not None and job.decode_check(done):
+                        self.done[job.id] = done
+                        carry = self.carries.setdefault(job.id, Carried())
+                        raise DecodePaused(done, total, 0, 0, 0.0, "none", generated=done, t_decode=0.0, carry=carry)
+            finally:
+                self.runs.append((job.session_id, start, done))
+            return done
+
+        return execute
+
+
+async def test_a_paused_generation_lets_first_tokens_through_and_goes_on_where_it_stopped() -> None:
+    d = Decode()
+    sched = Scheduler(policy=Fair(quantum_ms=0, decode_quantum_ms=0))
+    d.gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sched.run)
+        reply = sched.submit("g", d.work(20), cost=Cost(10, 20))
+        await d.started.wait()
+        shorts = [sched.submit(f"s{i}", d.work(1), cost=Cost(100, 1)) for i in range(2)]
+        gate, d.gate = d.gate, None
+        gate.set()
+        assert await sched.wait(reply) == 20
+        assert [await sched.wait(j) for j in shorts] == [1, 1]
+        await sched.close()
+    assert d.runs == [("g", 0, 1), ("s0", 0, 1), ("s1", 0, 1), ("g", 1, 20)]
+    assert [p.generated for p in reply.pauses] == [1] and reply.cost == Cost(0, 19) and reply.paused_s > 0
+    st = sched.stats()
+    assert (st.pauses, st.decode_pauses, st.completed) == (1, 1, 3)
+    assert d.carries[reply.id].closed == 0  # it ran again: the slot frees it when the reply ends
+
+
+async def test_a_generation_cancelled_while_paused_frees_its_carry_and_never_runs_again() -> None:
+    d = Decode()
+    sched = Scheduler(policy=Fair(quantum_ms=0, decode_quantum_ms=0))
+    d.gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sched.run)
+        reply = sched.submit("g", d.work(20), cost=Cost(10, 20))
+        await d.started.wait()
+        d_short = Decode()
+        d_short.gate = anyio.Event()
+        short = sched.submit("s", d_short.work(1), cost=Cost(100, 1))
+        gate, d.gate = d.gate, None
+        gate.set()
+        await d_short.started.wait()  # the reply is paused after its first token; the short turn runs
+        assert reply.decoding and not reply.done.is_set() and len(sched) == 1
+        await sched.withdraw(reply, "cancelled")
+        assert reply.done.is_set() and d.carries[reply.id].closed == 1 and reply.carry is None
+        d_short.gate.set()
+        assert await sched.wait(short) == 1
+        await sched.close()
+    assert d.runs == [("g", 0, 1)]
+    st = sched.stats()
+    assert (st.cancelled, st.completed, st.decode_pauses, st.queued) == (1, 1, 1, 0)

@@ -110,7 +110,13 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
         "prefill_pauses_total",
         "counter",
         "prefills paused at a chunk boundary for a waiting request (policy fair)",
-        [({}, sch.pauses)],
+        [({}, sch.pauses - sch.decode_pauses)],
+    )
+    out.metric(
+        "decode_pauses_total",
+        "counter",
+        "generations paused after a token for a waiting request's first token (policy fair)",
+        [({}, sch.decode_pauses)],
     )
     tokens = {
         "prompt": slot.prompt_tokens,
