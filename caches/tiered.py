@@ -118,6 +118,8 @@ class TieredCache(Generic[S]):
         self._swaps = self._ram_loads = self._disk_loads = self._spilled = 0
         self._ram_keys: tuple[int, frozenset[int]] = (-1, frozenset())
         self._disk_keys: set[int] = set()
+        self.owner = ""
+        """The key namespace whose request left the slot's state (`caches.shares`): a save charges it there."""
 
     # --- one request ------------------------------------------------------------------------------
 
@@ -150,7 +152,7 @@ class TieredCache(Generic[S]):
         size = nbytes() if slot else 0
         ram = self.ram
         if ram is not None:
-            if ram.save(slot, size, snapshot):
+            if ram.save(slot, size, snapshot, self.owner):
                 saved = size
                 log.debug("cache.save", n_tokens=len(slot), nbytes=size)
             evicted += ram.drain_evicted()
@@ -217,7 +219,7 @@ class TieredCache(Generic[S]):
         if lost > 0 and rule.worth_saving(lost, size := nbytes()):
             snap = _once(snapshot)  # a state too large for RAM is spilled without a second copy
             if ram is not None:
-                if ram.save(slot, size, snap):
+                if ram.save(slot, size, snap, self.owner):
                     saved = size
                     log.debug("cache.save", n_tokens=len(slot), nbytes=size)
                 evicted += ram.drain_evicted()
@@ -270,19 +272,20 @@ class TieredCache(Generic[S]):
         assert self.disk is not None
         return self._read_disk(prompt, lcp(slot, prompt), lambda tokens: pick_better([tokens], slot, prompt) == 0)
 
-    def _spill(self, tokens: Sequence[int], state: S) -> int:
-        """Write a state to the disk tier; the bytes written (0: no tier, empty, or refused)."""
+    def _spill(self, tokens: Sequence[int], state: S, owner: str | None = None) -> int:
+        """Write a state to the disk tier as `owner`'s (None: the slot's); the bytes written (0: no tier, empty,
+        or refused)."""
         if self.disk is None or not tokens:
             return 0
         parts = self.codec.encode(state)
-        if not self.disk.put(tokens, parts):
+        if not self.disk.put(tokens, parts, owner=self.owner if owner is None else owner):
             return 0
         self._spilled += 1
         self._disk_keys.add(hash(tuple(tokens)))
         return sum(len(p) for p in parts)
 
     def _spill_all(self, entries: Sequence[Entry[S]]) -> int:
-        return sum(self._spill(e.tokens, e.state) for e in entries)
+        return sum(self._spill(e.tokens, e.state, e.owner) for e in entries)
 
     # --- lifetime ---------------------------------------------------------------------------------
 
