@@ -31,7 +31,7 @@ from benchmarks._workload import N_BATCH, N_UBATCH, ChatSystem, Settings
 from caches.tokens import lcp
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
-from runtime.testing.workloads import Messages
+from tests.support.workloads import Messages
 
 __all__ = ["RUN_COLUMNS", "SUMMARY_COLUMNS", "run_turns"]
 

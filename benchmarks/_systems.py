@@ -22,8 +22,8 @@ import msgspec
 from benchmarks._workload import N_BATCH, N_UBATCH, Factory, Outcome, Settings
 from caches.tokens import lcp
 from runtime.config import KV_TYPES
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.workloads import Messages
+from tests.support.llama_server import LlamaServer
+from tests.support.workloads import Messages
 
 __all__ = [
     "LlamaCppSystem",

@@ -1,7 +1,7 @@
 """The chat benchmarks' workload and its driver: the settings every system shares, what a system reports
 for one turn, and the round-robin play.
 
-Every system answers the same schedule of turns (conversation c, turn t; `runtime.testing.workloads`)
+Every system answers the same schedule of turns (conversation c, turn t; `tests.support.workloads`)
 with greedy decoding; each one builds every conversation's history from its own replies. A system is
 anything with `turn(conv, messages) -> Outcome` and `close()` (the systems are in `benchmarks._systems`,
 the table rows in `benchmarks._rows`, the command-line plumbing in `benchmarks._cli`).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime.testing.workloads import Messages, messages
+from tests.support.workloads import Messages, messages
 
 __all__ = [
     "N_BATCH",

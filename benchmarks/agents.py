@@ -1,4 +1,4 @@
-"""Replay what real coding agents sent (recorded by tests/test_clients.py under the ignored
+"""Replay what real coding agents sent (recorded by tests/serve/test_clients.py under the ignored
 `.cache/recorded/CLIENT/`: one JSON body a request, and `model.json`, the scripted model they ran on) against
 `turnstile serve` and llama-server `-np 1 --cache-ram`, per turn: prompt, cached and prefilled tokens; then
 the same session against a restarted turnstile with a data dir (the first turn served from the disk tier).
@@ -17,9 +17,9 @@ from typing import Any
 import httpx2 as httpx
 
 from benchmarks._cli import check_binary, parser, progress, write
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.process import ServeProcess
-from runtime.testing.scripted_models import write_tool_caller
+from tests.support.llama_server import LlamaServer
+from tests.support.process import ServeProcess
+from tests.support.scripted_models import write_tool_caller
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = ROOT / ".cache" / "recorded"

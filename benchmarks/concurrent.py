@@ -2,7 +2,7 @@
 
 `--sessions` tasks (64) start together; each streams `--turns` turns one after the other (closed loop:
 it asks again as soon as its reply is done), greedy, `--max-tokens` tokens per reply (end of generation
-ignored, so every reply costs the same). The model is a tiny generated llama (`runtime.testing.tiny_models.write_llama`,
+ignored, so every reply costs the same). The model is a tiny generated llama (`tests.support.tiny_models.write_llama`,
 in a temporary directory) unless `--model PATH` (or `--model smollm2`) names a GGUF file.
 
 Per policy (`fifo`, `affinity`):
@@ -31,7 +31,7 @@ from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
-from runtime.testing import workloads
+from tests.support import workloads
 
 COLUMNS = [
     "policy",
@@ -148,7 +148,7 @@ async def _run_policy(model: Path, policy: str, args: argparse.Namespace) -> dic
 
 def _model(arg: str | None, tmp: str) -> Path:
     if arg is None:
-        from runtime.testing.tiny_models import write_llama
+        from tests.support.tiny_models import write_llama
 
         return write_llama(Path(tmp) / "tiny-llama.gguf")
     if arg.lower() == "smollm2":

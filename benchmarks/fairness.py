@@ -42,7 +42,7 @@ from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
-from runtime.testing.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 SYSTEMS = ("fifo", "server-np1", "fair", "server-np4")
 LABELS = {

@@ -6,7 +6,7 @@ In order, each a subprocess whose output is shown and whose exit status is repor
 
 1. the build: does this llama.cpp offload at all (`llama_supports_gpu_offload`)? Without a GPU backend the
    check stops here (exit 2) unless `--allow-cpu` (a dry run of the script itself on a CPU machine);
-2. the parity oracle (`tests/test_parity_oracle.py`), both sides with `-ngl 99` (TURNSTILE_TEST_GPU_LAYERS):
+2. the parity oracle (`tests/slot/test_parity_oracle.py`), both sides with `-ngl 99` (TURNSTILE_TEST_GPU_LAYERS):
    the same texts and token counts as llama-server on the GPU;
 3. the benchmarks with `-ngl 99`: `interleaved`, `pressure --cache-type f16,q8_0`, `restart`,
    `long-restart` (a 6,000-token conversation resumed from the disk tier vs recomputed) and `swap` (state
@@ -45,7 +45,7 @@ def steps(ngl: int, model: str | None, server: str | None, out: str, quick: bool
     both = [*common, *(["--llama-server", server] if server else [])]
     short = ["--conversations", "3", "--turns", "2", "--max-tokens", "16"] if quick else []
     return [
-        ("parity oracle", [py, "-m", "pytest", "-q", "-x", "tests/test_parity_oracle.py"]),
+        ("parity oracle", [py, "-m", "pytest", "-q", "-x", "tests/slot/test_parity_oracle.py"]),
         ("interleaved", [py, "-m", "benchmarks", "interleaved", *both, *short]),
         ("pressure f16 + q8_0", [py, "-m", "benchmarks", "pressure", *both, *short, "--cache-type", "f16,q8_0"]),
         ("restart", [py, "-m", "benchmarks", "restart", *both, *(short[:2] if quick else [])]),

@@ -1,6 +1,6 @@
 """`python -m benchmarks grammar`: what a grammar costs in decode speed, on SmolLM2, greedy.
 
-For each of the five structured-output prompts (`runtime.testing.workloads.STRUCTURED_PROMPTS`: nested
+For each of the five structured-output prompts (`tests.support.workloads.STRUCTURED_PROMPTS`: nested
 objects, arrays, enums, optional fields, bounded numbers) a fresh conversation is answered with its JSON
 schema as `response_format` (llama-server's grammar, applied as llama-server applies it), and the same
 prompt without a grammar, generating the same number of tokens (`ignore_eos`). Decode tokens/s are
@@ -21,7 +21,7 @@ import anyio
 from benchmarks._report import emit
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
-from runtime.testing.workloads import STRUCTURED_PROMPTS
+from tests.support.workloads import STRUCTURED_PROMPTS
 
 COLUMNS = ["schema", "tokens", "tok_s_plain", "tok_s_grammar", "cost_pct", "spread_pct"]
 

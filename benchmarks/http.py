@@ -27,8 +27,8 @@ import httpx2 as httpx
 from benchmarks import _cli, _rows
 from runtime import Runtime
 from runtime.testing import ScriptedBackend, workloads
-from runtime.testing.process import ServeProcess
 from sessions import MemoryStore
+from tests.support.process import ServeProcess
 
 COLUMNS = ["mode", "client", "requests", "errors", "p50_ms", "p90_ms", "overhead_ms", "req_s"]
 MAX_TOKENS = 8

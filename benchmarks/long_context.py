@@ -34,7 +34,7 @@ from typing import Any
 from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
 from caches.tiered import Swap
-from runtime.testing import workloads
+from tests.support import workloads
 
 SYSTEMS = ("turnstile", "turnstile-disk", "server")
 _PROSE = (

@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks import _cli, long_context
 from benchmarks import _workload as w
-from runtime.testing.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 COLUMNS = ["system", "runs", "prompt_tokens", "cached", "prefilled", "ttft_s", "ttft_min_s", "ttft_max_s", "vs_disk"]
 QUESTION = "Which place is mentioned most often?"

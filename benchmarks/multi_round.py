@@ -38,7 +38,7 @@ from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
-from runtime.testing.llama_server import LlamaServer
+from tests.support.llama_server import LlamaServer
 
 SYSTEMS = ("turnstile", "server-np1", "server-np4")
 COLUMNS = [

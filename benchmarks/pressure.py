@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
-from runtime.testing import workloads
+from tests.support import workloads
 
 SYSTEMS = ("turnstile", "turnstile-disk", "server", "llama-cpp-ram")
 DEFAULT_SYSTEMS = ("turnstile", "turnstile-disk", "server")

@@ -24,7 +24,7 @@ import httpx2 as httpx
 
 from benchmarks._cli import write
 from runtime.llama.models import default_model_path
-from runtime.testing.workloads import persona
+from tests.support.workloads import persona
 
 COLUMNS = [
     "replicas",
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> None:
     from ray import serve
 
     from runtime.serve.cluster import ray as cluster
-    from tests.redis_server import free_port
+    from tests.support.redis_server import free_port
 
     model = str(args.model or default_model_path())
     options = {"model": model, "n_ctx": 4096, "n_threads": args.threads, "cache_ram_mib": args.cache_ram}

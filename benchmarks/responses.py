@@ -24,8 +24,8 @@ from typing import Any
 import httpx2 as httpx
 
 from benchmarks import _cli
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.process import ServeProcess
+from tests.support.llama_server import LlamaServer
+from tests.support.process import ServeProcess
 
 COLUMNS = [
     "system",

@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import _cli, _rows, _systems
 from benchmarks import _workload as w
-from runtime.testing import workloads
+from tests.support import workloads
 
 COLUMNS = [
     "system",

@@ -36,8 +36,8 @@ import anyio
 import httpx2 as httpx
 
 from benchmarks import _cli, _rows
-from runtime.testing import workloads
-from runtime.testing.process import ServeProcess
+from tests.support import workloads
+from tests.support.process import ServeProcess
 
 COLUMNS = ["what", "value"]
 KINDS = ("chat-session", "chat-stateless", "responses", "messages")

@@ -7,7 +7,7 @@ Workloads (greedy, SmolLM2 by default, 2 threads, n_batch 2048, n_ubatch 512, fl
 - agent: 6 conversations interleaved round robin for `--agent-turns` turns; each turn either quotes back a
   tool result (a JSON record) or rewrites a 40-line snippet with one change; histories are each system's
   own replies;
-- chat: the interleaved benchmark's ordinary chat (`runtime.testing.workloads`, 6 x `--chat-turns`), where
+- chat: the interleaved benchmark's ordinary chat (`tests.support.workloads`, 6 x `--chat-turns`), where
   little is copied: speculation must cost nothing there (turnstile only).
 
 Systems: turnstile without and with `speculative="ngram"`, and with `--llama-server BIN` llama-server
@@ -42,9 +42,9 @@ from benchmarks import _cli
 from benchmarks import _workload as w
 from runtime.llama.models import default_model_path
 from runtime.slot.ngram import NgramIndex
-from runtime.testing import workloads
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.workloads import Messages
+from tests.support import workloads
+from tests.support.llama_server import LlamaServer
+from tests.support.workloads import Messages
 
 PASSAGE = (
     "The old lighthouse stood at the edge of the northern cliffs, where the wind came in hard from the sea and "

@@ -10,7 +10,7 @@ count the template renders and the characters tokenized for the timed turn. Min 
 runs (the min is the stable figure on a shared machine); `min_vs_10`: the min against the 10-message row.
 
 (b) `hybrid`: a `--turns`-turn (default 20) thinking conversation on a tiny hybrid (Jamba-style) model with
-Qwen3's template (`runtime.testing.thinking_models`), each output forced by the same raw GBNF grammar (a
+Qwen3's template (`tests.support.thinking_models`), each output forced by the same raw GBNF grammar (a
 think block, then a fixed answer). The template drops each reply's reasoning once the next user message
 follows it, so the next prompt diverges at the end of the previous generation prompt. Per turn: the prompt,
 the tokens the turn adds to the previous prompt (`new`: the previous answer and the new message), and the
@@ -42,9 +42,9 @@ from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 from runtime.llama.prompt import PromptRenderer
-from runtime.testing.llama_server import LlamaServer
-from runtime.testing.thinking_models import forced_thought, qwen3_template, write_hybrid_thinking
 from runtime.types import CacheRules
+from tests.support.llama_server import LlamaServer
+from tests.support.thinking_models import forced_thought, qwen3_template, write_hybrid_thinking
 
 RENDER_COLUMNS = ["messages", "path", "ms_min", "ms_median", "min_vs_10", "renders", "chars_tokenized"]
 HYBRID_COLUMNS = ["turn", "prompt", "new", "turnstile", "turnstile_llama_server_rules", "llama_server"]
@@ -246,7 +246,7 @@ def main(argv: list[str]) -> None:
     if "hybrid" in parts:
         rows = hybrid_rows(args.turns, args.threads, args.llama_server)
         params = {
-            "model": "tiny jamba (runtime.testing.thinking_models)",
+            "model": "tiny jamba (tests.support.thinking_models)",
             "template": "Qwen-Qwen3-0.6B.jinja",
             "turns": args.turns,
             "threads": args.threads,

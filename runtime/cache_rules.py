@@ -2,7 +2,7 @@
 built once (by `CacheConfig`, or by a `Slot` given a name) and read by what acts on them.
 
 The one place that knows what each name means: nothing else compares a `cache_rules` string
-(`tests/test_structure.py` checks it).
+(`tests/project/test_structure.py` checks it).
 
 - "llama-server": its prompt cache and checkpoints exactly (the parity runs), speculation off;
 - "turnstile": the same, except each behaviour below that is on.

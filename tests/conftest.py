@@ -1,5 +1,8 @@
-"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file; the oracle gate;
-`scripted` (a Runtime over the scripted backend, no model) and `anyio_backend` (asyncio)."""
+"""Shared fixtures: tiny generated GGUF models (session scope) and the real SmolLM2 file; the tiny Qwen models
+(`qwen`, and `caller`: the scripted tool caller of the module's CALL and ANSWER); the oracle gate; `scripted`
+(a Runtime over the scripted backend, no model) and `anyio_backend` (asyncio); a real redis-server per module
+(`redis_server`, `redis_client` on an empty keyspace). A folder's own fixtures are in its conftest.py; helpers
+are in tests/support."""
 
 from __future__ import annotations
 
@@ -10,14 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from runtime.api import Runtime
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.testing import ScriptedBackend
-from runtime.testing.oracle import oracle_verdict
-from runtime.testing.tiny_models import write_all
 from sessions import MemoryStore
+from tests.support.oracle import oracle_verdict
+from tests.support.redis_server import RedisServer, running_redis
+from tests.support.scripted_models import write_tool_caller
+from tests.support.tiny_models import write_all
+from tests.support.tool_models import write_qwen
 
 SMALL = EngineConfig(n_ctx=1024, n_threads=1)
 
@@ -93,3 +100,31 @@ def scripted(scripted_backend: Callable[[], ScriptedBackend]) -> Scripted:
             yield rt, backend
 
     return open_runtime
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model with Qwen 2.5's tokens and template (tests/support/tool_models.py), one per test module."""
+    return write_qwen(tmp_path_factory.mktemp("qwen") / "qwen.gguf")
+
+
+@pytest.fixture(scope="module")
+def caller(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The scripted Qwen 2.5 tool caller whose greedy reply is the module's `CALL`, then its `ANSWER`."""
+    module = request.module
+    return write_tool_caller(tmp_path_factory.mktemp("caller") / "caller.gguf", call=module.CALL, answer=module.ANSWER)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, one per test module."""
+    with running_redis(tmp_path_factory.mktemp("redis")) as s:
+        yield s
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of `redis_server` on an empty keyspace."""
+    with redis.Redis.from_url(redis_server.url) as c:
+        c.flushdb()
+        yield c

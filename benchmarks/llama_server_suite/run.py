@@ -1,6 +1,6 @@
 """Run files of llama.cpp's server test suite (`tools/server/tests/unit`) against one system.
 
-The suite is copied from the vendored llama.cpp tree (`runtime.testing.vendor`, fetched as the oracle
+The suite is copied from the vendored llama.cpp tree (`tests.support.vendor`, fetched as the oracle
 build fetches it) into a temporary directory, so its `tmp/` and caches never touch the tree, and runs
 there in its own pytest subprocess with its own cwd. `LLAMA_SERVER_BIN_PATH` points at a two-line script
 that execs the shim (`shim.py`) for the system; `PORT` is a free port; the plugin (`plugin.py`) records
@@ -46,7 +46,7 @@ FILES: tuple[str, ...] = (
 )
 
 
-# what CI runs against turnstile alone (tests/test_llama_server_suite.py): the files whose expected pass set
+# what CI runs against turnstile alone (tests/benchmarks/test_llama_server_suite.py): the files whose expected pass set
 # is recorded in tests/data/llama_server_suite_expected.txt. The chat, completion, Anthropic, Responses,
 # tool-call and security files join once their set is recorded (--write-expected; see the test's docstring).
 CI_FILES: tuple[str, ...] = ("test_template", "test_tokenize")
@@ -69,7 +69,7 @@ class SuiteRun:
 
 def suite_dir() -> Path:
     """The suite's `tools/server/tests` in the vendored llama.cpp tree (fetched into the cache if needed)."""
-    from runtime.testing.vendor import vendored_tree
+    from tests.support.vendor import vendored_tree
 
     return vendored_tree() / "tools" / "server" / "tests"
 

@@ -3,7 +3,7 @@
     prompt = apply_template(source, [{"role": "user", "content": "Hi"}], add_generation_prompt=True)
 
 `apply_template` equals llama-server's `POST /apply-template` for the same template, messages, tools and
-template variables (tests/test_template_parity.py checks every template llama.cpp keeps); `template_caps`
+template variables (tests/templates/test_template_parity.py checks every template llama.cpp keeps); `template_caps`
 is llama.cpp's view of what a template supports; `CHATML_TEMPLATE` its fallback.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runtime.testing.process import ServeProcess
+from tests.support.process import ServeProcess
 
 KEYS = {"alice": "key-alice", "bob": "key-bob"}
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from runtime.testing.process import ServeProcess
+from tests.support.process import ServeProcess
 from tests.web.conftest import KEYS
 
 SHOTS = os.environ.get("TURNSTILE_WEB_SCREENSHOTS")  # a folder for the docs' screenshots (docs/img), else tmp
