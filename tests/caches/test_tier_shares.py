@@ -205,12 +205,13 @@ async def _turn(rt: Runtime, session: str, text: str) -> Any:
     return await rt.chat(session, text, temperature=0.0, max_tokens=4)
 
 
-async def test_runtime_key_b_keeps_its_recent_states(smollm2_path: Path, tmp_path: Path) -> None:
-    """SmolLM2 (about 0.9 MiB a state here): bob's two conversations, then alice's eight fill the RAM tier (2 MiB,
-    two states) and the disk tier (2 MiB, two states). bob's share of each is half: his older state leaves RAM for
-    disk, and from then on alice's go first. bob's next turns find every token of their previous turn cached; the
-    same run without keys (one LRU) finds neither."""
-    opts: dict[str, Any] = {"n_ctx": 512, "n_threads": 1, "cache_ram_mib": 2, "disk_limit_mib": 2}
+@pytest.mark.parametrize("ram_mib", [3, 0], ids=["RAM and disk", "disk alone"])
+async def test_runtime_key_b_keeps_its_recent_states(smollm2_path: Path, tmp_path: Path, ram_mib: int) -> None:
+    """SmolLM2 (under 1 MiB a state here): bob's two conversations, then alice's eight fill the RAM tier (3 MiB, or
+    none) and the disk tier (3 MiB). bob's share of each is half: alice's states go first. bob's next turns find
+    every token of their previous turn cached (from RAM or disk; from disk without RAM); the same run without keys
+    (one LRU) finds neither."""
+    opts: dict[str, Any] = {"n_ctx": 512, "n_threads": 1, "cache_ram_mib": ram_mib, "disk_limit_mib": 3}
     for keyed in (True, False):
         sid: Callable[[str, str], str] = (lambda k, s: f"{k}@{s}") if keyed else (lambda k, s: f"{k}-{s}")
         async with Runtime.open(smollm2_path, data_dir=tmp_path / str(keyed), **opts) as rt:
@@ -222,16 +223,14 @@ async def test_runtime_key_b_keeps_its_recent_states(smollm2_path: Path, tmp_pat
                 await rt.create_session(sid("alice", str(s)), system=_system(f"alice {s}"))
                 await _turn(rt, sid("alice", str(s)), "Hello there.")
             stats = rt.stats()
-            assert stats.disk is not None and stats.disk.evictions > 0  # RAM spilled and the disk was full
-            assert stats.slot.ram_entries == 2 and stats.disk.entries == 2, (stats.slot, stats.disk)
+            assert stats.disk is not None and stats.disk.evictions > 0, stats.disk  # the disk tier was full
+            assert stats.slot.ram_entries >= (2 if ram_mib else 0) and stats.disk.entries >= 2, (stats.slot, stats.disk)
             again = {s: await _turn(rt, sid("bob", s), "And then?") for s in ("1", "2")}
-        sources = {s: again[s].cache_source for s in again}
         for s in ("1", "2"):
             found = again[s].usage.cached_tokens
             before = first[s].usage.prompt_tokens + first[s].usage.generated_tokens
             if keyed:
                 assert found == before, (s, found, before)
+                assert again[s].cache_source in (("ram", "disk") if ram_mib else ("disk",)), again[s].cache_source
             else:
                 assert found < before, (s, found, before)  # one LRU: alice's states pushed bob's out
-        if keyed:
-            assert sources == {"1": "disk", "2": "ram"}
