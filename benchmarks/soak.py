@@ -21,7 +21,9 @@ against the disk limit, and the load average.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import random
 import time
@@ -261,8 +263,21 @@ def _sample(pid: int, data_dir: Path) -> dict[str, int]:
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
     fds = len(os.listdir(f"/proc/{pid}/fd"))
-    disk = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
-    return {"rss_kib": rss, "fds": fds, "disk_bytes": disk}
+    disk = states = 0
+    for p in data_dir.rglob("*"):
+        with contextlib.suppress(OSError):  # a file the server removes meanwhile
+            if p.is_file():
+                n = p.stat().st_size
+                disk += n
+                states += n if p.is_relative_to(data_dir / "states") else 0
+    return {"rss_kib": rss, "fds": fds, "disk_bytes": disk, "states_bytes": states}
+
+
+async def _sampler(pid: int, data_dir: Path, every: float, into: list[dict[str, int]]) -> None:
+    """Sample the server every `every` seconds while the load runs (the first right away)."""
+    while True:
+        into.append(_sample(pid, data_dir) | {"t": round(time.monotonic())})
+        await anyio.sleep(every)
 
 
 async def _check_sessions(c: httpx.AsyncClient, clients: list[Client]) -> tuple[int, int]:
@@ -286,10 +301,14 @@ async def _check_sessions(c: httpx.AsyncClient, clients: list[Client]) -> tuple[
     return bad, checked
 
 
-async def _replay(soak: Soak, c: httpx.AsyncClient, clients: list[Client]) -> int:
-    """Conversations whose replay alone gives other replies (cross-talk)."""
-    differ = 0
-    for cl in clients:
+async def _replay(
+    soak: Soak, c: httpx.AsyncClient, clients: list[Client], differ: list[dict[str, Any]], done: list[int]
+) -> None:
+    """Replay each conversation alone (each one finished goes to `done`); those that give other replies
+    (cross-talk) go to `differ`, with the first turn that differs."""
+    for n, cl in enumerate(clients):
+        if n % 8 == 0:
+            _cli.progress(f"replayed {n} of {len(clients)} conversations")
         if not cl.turns:
             continue
         alone = Client(cl.index + 100_000, cl.kind, cl.key, cl.system)
@@ -303,8 +322,19 @@ async def _replay(soak: Soak, c: httpx.AsyncClient, clients: list[Client]) -> in
             alone.history += [{"role": "user", "content": user}, {"role": "assistant", "content": want}]
             alone_turns.append(text)
         if alone_turns != cl.replies:
-            differ += 1
-    return differ
+            at = next((i for i, (a, b) in enumerate(zip(alone_turns, cl.replies, strict=False)) if a != b), None)
+            differ.append(
+                {
+                    "client": cl.index,
+                    "kind": cl.kind,
+                    "turns": cl.turns,
+                    "replayed": len(alone_turns),
+                    "turn": at,
+                    "load": cl.replies[at] if at is not None else None,
+                    "alone": alone_turns[at] if at is not None else None,
+                }
+            )
+        done.append(cl.index)
 
 
 async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -> list[dict[str, Any]]:
@@ -314,25 +344,36 @@ async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -
     ]
     limits = httpx.Limits(max_connections=args.clients * 2, max_keepalive_connections=args.clients * 2)
     samples: dict[str, dict[str, int]] = {}
+    series: list[dict[str, int]] = []  # every `--sample-every` seconds while the load runs
+    differ: list[dict[str, Any]] = []
+    done: list[int] = []
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
         warm = Client(10**6, "chat-stateless", keys[0], "warm up")
         for _ in range(2):
             await soak.turn(c, warm, "Hello.", stream=False, tools=False)
         soak.tally = Tally()
-        samples["start"] = _sample(pid, data_dir)
         t0 = time.monotonic()
         deadline = t0 + 60 * args.minutes
         async with anyio.create_task_group() as tg:
-            for cl in clients:
-                tg.start_soon(soak.run_client, c, cl, deadline, args.fault_rate)
-            await anyio.sleep(30 * args.minutes)
-            samples["middle"] = _sample(pid, data_dir)
+            tg.start_soon(_sampler, pid, data_dir, args.sample_every, series)
+            async with anyio.create_task_group() as load:
+                for cl in clients:
+                    load.start_soon(soak.run_client, c, cl, deadline, args.fault_rate)
+            tg.cancel_scope.cancel()
         wall = time.monotonic() - t0
-        samples["end"] = _sample(pid, data_dir)
+        # start: the first sample after the warm-up minute (or the first); middle: half-way; end: the last under load
+        under = [x for x in series if x["t"] <= t0 + 60 * args.minutes] or series
+        warm_t = t0 + min(60.0, 15 * args.minutes)
+        samples["start"] = next((x for x in under if x["t"] >= warm_t), under[0])
+        samples["middle"] = min(under, key=lambda x: abs(x["t"] - (t0 + 30 * args.minutes)))
+        samples["end"] = under[-1]
+        samples["after"] = _sample(pid, data_dir)
         tally, soak.tally = soak.tally, Tally()  # the replay's requests are not the load's
         lost, checked = await _check_sessions(c, clients)
         _cli.progress(f"replaying {sum(1 for cl in clients if cl.turns)} conversations alone")
-        crosstalk = await _replay(soak, c, clients)
+        with anyio.move_on_after(60 * args.replay_minutes if args.replay_minutes else math.inf):
+            await _replay(soak, c, clients, differ, done)
+        replayed = sum(1 for cl in clients if cl.turns)  # (those cut off by --replay-minutes are not counted)
     lat, ttft = sorted(tally.latencies), sorted(tally.ttft)
     turns = sum(cl.turns for cl in clients)
     rows: list[dict[str, Any]] = [
@@ -344,22 +385,36 @@ async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -
         {"what": "faults injected", "value": dict(sorted(tally.faults.items()))},
         {"what": "5xx", "value": sum(n for s, n in tally.statuses.items() if s[:1] == "5")},
     ]
-    for name in ("start", "middle", "end"):
+    for name in ("start", "middle", "end", "after"):
         s = samples[name]
-        rows.append({"what": f"{name}: RSS MiB / fds / disk MiB", "value": _sample_text(s)})
+        rows.append({"what": f"{name}: RSS MiB / fds / states MiB / data dir MiB", "value": _sample_text(s)})
     mid, end = samples["middle"], samples["end"]
     rows += [
         {"what": "RSS end vs middle", "value": f"{100 * (end['rss_kib'] - mid['rss_kib']) / mid['rss_kib']:+.1f} %"},
-        {"what": "disk limit MiB", "value": args.disk_limit},
+        {"what": "fds end vs middle", "value": f"{100 * (end['fds'] - mid['fds']) / mid['fds']:+.1f} %"},
+        {
+            "what": "RSS / fds max under load",
+            "value": f"{max(x['rss_kib'] for x in series) / 1024:.1f} / {max(x['fds'] for x in series)}",
+        },
+        {
+            "what": "states MiB max / disk limit MiB",
+            "value": f"{max(x['states_bytes'] for x in series) / (1 << 20):.1f} / {args.disk_limit}",
+        },
         {"what": "conversations checked / lost or changed", "value": f"{checked} / {lost}"},
-        {"what": "cross-talk (replay alone differs)", "value": crosstalk},
+        {
+            "what": "conversations replayed alone",
+            "value": f"{len([i for i in done if clients[i].turns])} of {replayed}",
+        },
+        {"what": "cross-talk (replay alone differs)", "value": len(differ)},
+        *([{"what": "first differing replies", "value": differ}] if differ else []),
         {"what": "load average (1, 5, 15 min)", "value": " ".join(f"{x:.2f}" for x in os.getloadavg())},
     ]
     return rows
 
 
 def _sample_text(s: dict[str, int]) -> str:
-    return f"{s['rss_kib'] / 1024:.1f} / {s['fds']} / {s['disk_bytes'] / (1 << 20):.1f}"
+    mib = 1 << 20
+    return f"{s['rss_kib'] / 1024:.1f} / {s['fds']} / {s['states_bytes'] / mib:.1f} / {s['disk_bytes'] / mib:.1f}"
 
 
 def _p(values: list[float], q: float) -> str:
@@ -377,6 +432,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--cache-ram", type=int, default=32, metavar="MIB")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sample-every", type=float, default=10.0, metavar="S", help="seconds between RSS/fd samples")
+    ap.add_argument("--replay-minutes", type=float, default=0, metavar="M", help="stop the replay after M (0: none)")
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--scripted", action="store_true", help="no model (the server's scripted backend)")
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write soak.json")

@@ -31,6 +31,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from caches.blocks import held_victims
+from caches.shares import Weights, share_order
 from caches.tokens import f32 as _f32
 from caches.tokens import fdiv as _fdiv
 from caches.tokens import keeps_enough, lcp
@@ -110,13 +111,19 @@ class SavePlan:
 
 
 def plan_save(
-    entries: Sequence[tuple[Sequence[int], int]], slot: Sequence[int], nbytes: int, limit_bytes: int
+    entries: Sequence[tuple[Sequence[int], int]],
+    slot: Sequence[int],
+    nbytes: int,
+    limit_bytes: int,
+    order: Sequence[int] | None = None,
 ) -> SavePlan:
     """`server_slot::prompt_save` + `server_prompt_cache::alloc`; `entries`: (tokens, nbytes), oldest first.
 
     In the C++ order: an empty slot is skipped; a slot that an entry holds whole is skipped; an entry
     larger than the byte limit alone is refused (and the cache left as it is); entries the slot holds
-    whole are dropped; the oldest are evicted until the new entry fits.
+    whole are dropped; the oldest are evicted until the new entry fits. `order`: the entries (indices, none
+    of them dropped) in the order to evict them instead of oldest first (`caches.shares`); `evict` then counts
+    along it.
     """
     if not slot:
         return SavePlan(False, "empty")
@@ -129,7 +136,8 @@ def plan_save(
     drop = tuple(i for i, (tokens, _) in enumerate(entries) if lcp(tokens, slot) == len(tokens))
     evict = 0
     if limit_bytes > 0:
-        kept = [size for i, (_, size) in enumerate(entries) if i not in drop]
+        queue = range(len(entries)) if order is None else order
+        kept = [entries[i][1] for i in queue if i not in drop]
         total = sum(kept)
         while evict < len(kept) and total + nbytes > limit_bytes:
             total -= kept[evict]
@@ -195,7 +203,8 @@ class Entry(Generic[S]):
     `saved_at` (the cache's request clock when it was saved) and `wait` (how many requests the state it
     continues waited in the cache before it was loaded; None: not known) predict when it is used again
     (turnstile's held-bytes eviction, `PromptCache(held=...)`); `used`: it was loaded and kept (a prompt
-    used only part of it), so its conversation goes on from a newer state."""
+    used only part of it), so its conversation goes on from a newer state. `owner`: the key namespace whose
+    request left the state (`caches.shares`: what the tier's shares charge it to)."""
 
     tokens: tuple[int, ...]
     nbytes: int
@@ -203,6 +212,7 @@ class Entry(Generic[S]):
     saved_at: int = 0
     wait: int | None = None
     used: bool = False
+    owner: str = ""
 
 
 class PromptCacheStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -235,7 +245,12 @@ class PromptCache(Generic[S]):
         return update_due(slot, prompt, similarity)
 
     def __init__(
-        self, limit_bytes: int, limit_tokens: int, *, held: Callable[[Sequence[Entry[S]]], int] | None = None
+        self,
+        limit_bytes: int,
+        limit_tokens: int,
+        *,
+        held: Callable[[Sequence[Entry[S]]], int] | None = None,
+        weights: Weights | None = None,
     ) -> None:
         """`limit_bytes` (see `default_limit_bytes`) and `limit_tokens` (llama-server: n_ctx); 0: no limit.
 
@@ -243,12 +258,16 @@ class PromptCache(Generic[S]):
         limits then count that (`held_victims`, turnstile's rule) instead of the sum of the entries' whole
         sizes, and the victims are the entries predicted to be used last (`_victim_order`) instead of the
         oldest (None: llama-server's rule, exactly).
+
+        `weights`: the keys' weights; with entries of several owners, the victims come from the owner furthest
+        over its share first (`caches.shares`), each owner's in the order above. One owner: that order exactly.
         """
         if limit_bytes < 0 or limit_tokens < 0:
             raise InvalidConfig("prompt cache limits must be >= 0 (0: no limit)")
         self.limit_bytes = limit_bytes
         self.limit_tokens = limit_tokens
         self._held = held
+        self.weights = weights if weights is not None else Weights()
         self._entries: list[Entry[S]] = []
         self.version = 0
         """Bumped by every change of the entries (a cheap change stamp for callers that index them)."""
@@ -283,24 +302,32 @@ class PromptCache(Generic[S]):
         return sum(len(e.tokens) for e in self._entries)
 
     def plan_store(
-        self, slot: Sequence[int], nbytes: int, without: Entry[S] | None = None
+        self, slot: Sequence[int], nbytes: int, without: Entry[S] | None = None, owner: str = ""
     ) -> tuple[SavePlan, tuple[Entry[S], ...]]:
         """What `save` would do, changing nothing: its plan and the entries it would evict to make room (with
         `held`, none here: those victims are chosen once the new entry is in). `without`: as if that entry were
-        gone first."""
+        gone first; `owner`: whose state it is (the victims come from the owner furthest over its share first,
+        `caches.shares`; with one owner, the oldest: llama-server's alloc)."""
         entries = [e for e in self._entries if e is not without]
-        plan = plan_save([(e.tokens, e.nbytes) for e in entries], slot, nbytes, self.limit_bytes)
+        pairs = [(e.tokens, e.nbytes) for e in entries]
+        plan = plan_save(pairs, slot, nbytes, self.limit_bytes)
         if not plan.store or self._held is not None:
             return plan, ()
-        rest = [e for i, e in enumerate(entries) if i not in plan.drop]
-        return plan, tuple(rest[: plan.evict])  # the oldest (llama-server's alloc)
+        victims = list(range(len(pairs)))  # the order `plan.evict` counts along, dropped entries left out
+        if plan.evict:
+            dropped = set(plan.drop)
+            order = [i for i in victims if i not in dropped]
+            victims = self._share_order(order, (owner, nbytes), dropped, entries)
+            plan = plan_save(pairs, slot, nbytes, self.limit_bytes, victims)
+        evict = [i for i in victims if i not in plan.drop][: plan.evict]
+        return plan, tuple(entries[i] for i in evict)
 
-    def save(self, slot: Sequence[int], nbytes: int, state: Callable[[], S]) -> bool:
-        """Store the slot (`state()` is called only if it is stored); True if stored.
+    def save(self, slot: Sequence[int], nbytes: int, state: Callable[[], S], owner: str = "") -> bool:
+        """Store the slot (`state()` is called only if it is stored) as `owner`'s; True if stored.
 
         Entries evicted to make room (`plan_store`) are queued for `update()` / `drain_evicted()`.
         """
-        plan, victims = self.plan_store(slot, nbytes)
+        plan, victims = self.plan_store(slot, nbytes, owner=owner)
         if not plan.store:
             self._skipped += 1
             if plan.reason == "too_large":
@@ -308,12 +335,11 @@ class PromptCache(Generic[S]):
             else:
                 log.debug("prompt_cache.skip", reason=plan.reason, n_tokens=len(slot))
             return False
+        # held: the victims are chosen once the entry is in, below
         if plan.drop:
-            self.version += 1
             self._replaced += len(plan.drop)
-            self._entries = [e for i, e in enumerate(self._entries) if i not in plan.drop]
             log.debug("prompt_cache.replaced", count=len(plan.drop))
-        self._evict([i for i, e in enumerate(self._entries) if any(e is v for v in victims)])  # held: below
+        self._evict([i for i, e in enumerate(self._entries) if any(e is v for v in victims)], dropped=plan.drop)
         try:
             value = state()
         except MemoryError:
@@ -324,7 +350,7 @@ class PromptCache(Generic[S]):
             self._skipped += 1
             self.update_limits()
             return False
-        self._entries.append(Entry(tuple(slot), nbytes, value, self._clock, self._slot_wait))
+        self._entries.append(Entry(tuple(slot), nbytes, value, self._clock, self._slot_wait, owner=owner))
         if self._held is not None:
             self._evict(self._held_evictions(0, keep=1))
         self.version += 1
@@ -391,7 +417,9 @@ class PromptCache(Generic[S]):
         """Evict the oldest over the limits: whole sizes (llama-server's rule), or with `held` the bytes the
         entries hold together (a block no remaining entry uses is freed with the last entry that did)."""
         if self._held is None:
-            self._evict_oldest(plan_update(self._sizes(), self.limit_bytes, self.limit_tokens))
+            order = self._share_order(range(len(self._entries)))
+            sizes = self._sizes()
+            self._evict(order[: plan_update([sizes[i] for i in order], self.limit_bytes, self.limit_tokens)])
         else:
             self._evict(self._held_evictions(self.limit_tokens))
 
@@ -420,12 +448,25 @@ class PromptCache(Generic[S]):
         held, es = self._held, self._entries
         assert held is not None
         return held_victims(
-            self._victim_order(keep),
+            self._share_order(self._victim_order(keep)),
             [len(e.tokens) for e in es],
             lambda kept: held([es[i] for i in kept]),
             self.limit_bytes,
             limit_tokens,
         )
+
+    def _share_order(
+        self,
+        order: Sequence[int],
+        incoming: tuple[str, int] | None = None,
+        dropped: set[int] | None = None,
+        entries: Sequence[Entry[S]] | None = None,
+    ) -> list[int]:
+        """`order` (indices into `entries`, default the cache's) rearranged by the owners' shares
+        (`caches.shares.share_order`; `dropped` entries charge nothing): itself when every entry has one owner."""
+        es = self._entries if entries is None else entries
+        charges = [0 if dropped and i in dropped else e.nbytes for i, e in enumerate(es)]
+        return share_order(order, [e.owner for e in es], charges, self.limit_bytes, self.weights.of, incoming)
 
     def _victim_order(self, keep: int) -> list[int]:
         """Entry indices, the first to evict first; never the newest `keep`.
@@ -453,13 +494,16 @@ class PromptCache(Generic[S]):
 
         return sorted(range(n), key=lambda i: (not self._entries[i].used, -predicted(i), i))
 
-    def _evict(self, indices: Sequence[int]) -> None:
-        if not indices:
+    def _evict(self, indices: Sequence[int], dropped: Sequence[int] = ()) -> None:
+        """Evict the entries at `indices` (queued for the caller); `dropped`: entries removed with them, not evicted."""
+        out = set(indices) | set(dropped)
+        if not out:
             return
-        drop = set(indices)
-        gone = [self._entries[i] for i in sorted(drop)]
-        self._entries = [e for i, e in enumerate(self._entries) if i not in drop]
+        gone = [self._entries[i] for i in sorted(set(indices))]
+        self._entries = [e for i, e in enumerate(self._entries) if i not in out]
         self.version += 1
+        if not gone:
+            return
         self._evicted.extend(gone)
         self._evictions += len(gone)
         self._evicted_bytes += sum(e.nbytes for e in gone)
@@ -467,13 +511,3 @@ class PromptCache(Generic[S]):
 
     def _sizes(self) -> list[tuple[int, int]]:
         return [(e.nbytes, len(e.tokens)) for e in self._entries]
-
-    def _evict_oldest(self, count: int) -> None:
-        if count <= 0:
-            return
-        gone, self._entries = self._entries[:count], self._entries[count:]
-        self.version += 1
-        self._evicted.extend(gone)
-        self._evictions += len(gone)
-        self._evicted_bytes += sum(e.nbytes for e in gone)
-        log.debug("prompt_cache.evict", count=len(gone), nbytes=sum(e.nbytes for e in gone), entries=len(self._entries))

@@ -208,6 +208,8 @@ class TieredCache(Generic[S]):
         self._swaps = self._ram_loads = self._disk_loads = self._spilled = 0
         self._ram_keys: tuple[int, frozenset[int]] = (-1, frozenset())
         self._disk_keys: set[int] = set()
+        self.owner = ""
+        """The key namespace whose request left the slot's state (`caches.shares`): a save charges it there."""
 
     # --- one request: plan, apply, loaded ----------------------------------------------------------
 
@@ -285,7 +287,7 @@ class TieredCache(Generic[S]):
         ram, to_ram = self.ram, False
         evicts: tuple[Entry[S], ...] = ()
         if ram is not None:
-            plan, evicts = ram.plan_store(slot, nbytes, without)
+            plan, evicts = ram.plan_store(slot, nbytes, without, self.owner)
             to_ram = plan.store
         spill = not to_ram and self.disk is not None and (ram is None or 0 < ram.limit_bytes < nbytes)
         return Save(slot, nbytes, to_ram, spill), evicts
@@ -336,7 +338,7 @@ class TieredCache(Generic[S]):
         """Store the slot's state in RAM (what that evicts is added to `evicted`), or spill it; the bytes stored."""
         saved, ram = 0, self.ram
         if ram is not None:
-            if ram.save(save.tokens, save.nbytes, lambda: _copied(state)):
+            if ram.save(save.tokens, save.nbytes, lambda: _copied(state), self.owner):
                 saved = save.nbytes
                 log.debug("cache.save", n_tokens=len(save.tokens), nbytes=save.nbytes)
             evicted += ram.drain_evicted()
@@ -361,19 +363,20 @@ class TieredCache(Generic[S]):
             return None
         return tuple(tokens), state, len(data)
 
-    def _spill(self, tokens: Sequence[int], state: S) -> int:
-        """Write a state to the disk tier; the bytes written (0: no tier, empty, or refused)."""
+    def _spill(self, tokens: Sequence[int], state: S, owner: str | None = None) -> int:
+        """Write a state to the disk tier as `owner`'s (None: the slot's); the bytes written (0: no tier, empty,
+        or refused)."""
         if self.disk is None or not tokens:
             return 0
         parts = self.codec.encode(state)
-        if not self.disk.put(tokens, parts):
+        if not self.disk.put(tokens, parts, owner=self.owner if owner is None else owner):
             return 0
         self._spilled += 1
         self._disk_keys.add(hash(tuple(tokens)))
         return sum(len(p) for p in parts)
 
     def _spill_all(self, entries: Sequence[Entry[S]]) -> int:
-        return sum(self._spill(e.tokens, e.state) for e in entries)
+        return sum(self._spill(e.tokens, e.state, e.owner) for e in entries)
 
     def keep(self, slot: Sequence[int], nbytes: int, state: S) -> int:
         """Keep the slot's state before the slot takes one from elsewhere (a restored slot file): in RAM, or on
@@ -384,7 +387,7 @@ class TieredCache(Generic[S]):
         size, saved = nbytes, 0
         evicted: list[Entry[S]] = []
         if self.ram is not None:
-            if self.ram.save(slot, size, lambda: state):
+            if self.ram.save(slot, size, lambda: state, self.owner):
                 saved = size
             evicted += self.ram.drain_evicted()
         if not saved and self.disk is not None:

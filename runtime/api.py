@@ -647,5 +647,11 @@ class Runtime(SessionOps):
         flash attention, mmap/mlock, threads (what `/v1/models` reports in its `meta`, beside `model_info`)."""
         return self.backend.engine_info()
 
+    def set_key_weights(self, weight: Callable[[str], int]) -> None:
+        """The API keys' weights by session namespace (`weight(namespace)`, 1 to 1000): the scheduler's fair share
+        across keys and the RAM and disk tiers' shares (`caches.shares`) both follow them."""
+        self.scheduler.keys.set_weights(weight)
+        self.backend.set_key_weights(weight)
+
 
 __all__ = ["Reply", "Runtime", "RuntimeStats", "TierBytes", "TurnstileError", "reasoning_options"]

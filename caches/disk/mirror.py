@@ -11,7 +11,9 @@ they cannot disagree with the directory: a block row is needed exactly while its
 those rows when it is the writer; a refresh from another writer's changes only forgets them).
 
 Bytes: `total` = each entry's own records (usage rows) + each held block once (the byte limit's figure);
-`logical` = what the entries would take stored whole.
+`logical` = what the entries would take stored whole; `charged(owner)` = an owner's entries' own records +
+every block they list, a block shared with another owner's entry included (`caches.shares`: the share
+eviction's figure).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Mirror:
         self.blocks: dict[bytes, list[int]] = {}  # key -> [entries listing it, record bytes]
         self.block_total = 0
         self.logical = 0
+        self._listed: dict[str, int] = {}  # owner -> bytes of the blocks its entries list (shared ones in full)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -72,8 +75,21 @@ class Mirror:
         """Forget everything; return the items held (decoded index records can be reused)."""
         items = self.items
         self.items, self.trie, self.usage = {}, TokenIndex(), UsageBook()
-        self.blocks, self.block_total, self.logical = {}, 0, 0
+        self.blocks, self.block_total, self.logical, self._listed = {}, 0, 0, {}
         return items
+
+    def charged(self, owner: str) -> int:
+        """What `owner`'s entries hold: their own records and every block they list (shared ones in full)."""
+        return self.usage.by_owner.get(owner, 0) + self._listed.get(owner, 0)
+
+    def _list(self, d: str, item: Item, sign: int) -> None:
+        owner = self.usage.owner(d)
+        if owner is not None and item.keys:
+            left = self._listed.get(owner, 0) + sign * len(item.keys) * item.block_record
+            if left:
+                self._listed[owner] = left
+            else:
+                self._listed.pop(owner, None)
 
     def item(self, raw: object, man: object = None) -> Item:
         """An index row (and its manifest row, None if it has none) as an item; raises `StateFormatError`
@@ -104,10 +120,12 @@ class Mirror:
         freed = self._unref(old) if old is not None else []
         if old is not None:
             self.logical -= old.whole_bytes
+            self._list(d, old, -1)
         self.items[d] = item
         self.logical += item.whole_bytes
         self.trie.add(d, item.tokens)
         self.usage.set(d, *parse_usage(usage_row, item.nbytes))
+        self._list(d, item, 1)
         return freed
 
     def _unref(self, item: Item) -> list[bytes]:
@@ -130,11 +148,15 @@ class Mirror:
     def set_usage(self, d: str, usage_row: object) -> None:
         item = self.items.get(d)
         if item is not None:
+            self._list(d, item, -1)
             self.usage.set(d, *parse_usage(usage_row, item.nbytes))
+            self._list(d, item, 1)
 
     def drop(self, d: str) -> list[bytes]:
         """Forget an entry; the keys no entry lists any more."""
         item = self.items.pop(d, None)
+        if item is not None:
+            self._list(d, item, -1)
         self.usage.discard(d)
         if item is None:
             return []

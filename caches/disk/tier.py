@@ -10,7 +10,9 @@ pickled row, so nothing is ever unpickled: such a row is logged and removed):
 
 - `turnstile:r:<d>` the state record: header + tokens + payload + CRC-32 (`disk_format`), a file;
 - `turnstile:i:<d>` the index record: the same header and tokens, no payload;
-- `turnstile:u:<d>` `"<last use, ns>:<bytes>"`, the least-recently-used order and the entry's size.
+- `turnstile:u:<d>` `"<last use, ns>:<bytes>:<owner>"`, the least-recently-used order, the entry's size and
+  the key namespace it is charged to (`disk_usage`; a row of the earlier `"<last use>:<bytes>"` form reads
+  as owner "").
 
 With `blocks` (`DiskBlocks`: `Runtime.open(shared_blocks=N)`), a state is stored as blocks of N KV cells
 (`caches.disk.cut`): `turnstile:k:<d>` lists the entry's blocks, `turnstile:b:<key>` holds each block once
@@ -30,7 +32,9 @@ object or process wrote, it refreshes the digests the log names (a full reload i
 
 The byte limit is our own accounting (diskcache's eviction is off; SQLite's pages are not counted):
 after each `put`, in its transaction, and at open, the least recently used entries go until the
-records' bytes (state + index) fit. A write that fails (a full disk) removes its files, changes nothing.
+records' bytes (state + index) fit; with entries of several owners, the least recently used of the owner
+furthest over its share (`caches.shares`, weights from `weights`) each time. A write that fails (a full
+disk) removes its files, changes nothing.
 The counters live outside the write lock (`disk.stats`): `stats()` never waits for a `put`, never does I/O.
 
 A record that is damaged (checksum, truncated, lengths), of another format version, another model
@@ -64,6 +68,7 @@ from caches.disk.reads import _Unusable, read_state
 from caches.disk.stats import DiskTierStats, TierCounters
 from caches.disk.store import BLK, IDX, MAN, REC, STORE_ERRORS, USE, WRITE_ERRORS, TierStore, Txn
 from caches.disk.usage import format_usage
+from caches.shares import Weights, is_owner, worst_owner
 from runtime.errors import DiskTierUnavailable, InvalidConfig, StateLayoutError, UnsafeRecord
 from runtime.log import get_logger
 
@@ -87,6 +92,7 @@ class DiskTier:
         limit_bytes: int = 4 << 30,
         blocks: DiskBlocks | None = None,
         mid_put: Callable[[], None] | None = None,
+        weights: Weights | None = None,
     ) -> None:
         """Open (or create) the tier in `directory`; `limit_bytes` 0: no limit.
 
@@ -110,6 +116,7 @@ class DiskTier:
         self._n = TierCounters(limit_bytes)
         self._mid_put = mid_put
         self.blocks = blocks
+        self.weights = weights if weights is not None else Weights()
         self._namespace = f"{fingerprint};{settings if isinstance(settings, str) else settings.decode()}".encode()
         self._whole_reasons: set[str] = set()
         self._store = TierStore(self.directory)
@@ -124,8 +131,9 @@ class DiskTier:
 
     # -- public -------------------------------------------------------------------------------------------
 
-    def put(self, tokens: Sequence[int], payload: Payload) -> bool:
-        """Store `payload` (one buffer, or a list of buffers written one after the other) for `tokens`; True if stored.
+    def put(self, tokens: Sequence[int], payload: Payload, *, owner: str = "") -> bool:
+        """Store `payload` (one buffer, or a list of buffers written one after the other) for `tokens`, charged to
+        `owner` (a key namespace, `caches.shares`); True if stored.
 
         Replaces an entry with the same tokens and drops the entries these tokens hold whole (their
         tokens are a prefix of these), as llama-server's prompt cache does. Refuses empty tokens and a
@@ -136,6 +144,7 @@ class DiskTier:
         toks = tuple(tokens)
         if not toks:
             return False
+        owner = owner if is_owner(owner) else ""
         tb = tokens_to_bytes(toks)
         pieces = payload_parts(payload)
         e = encode_entry(self._fp, self.settings, toks, tb, pieces, self._cut(toks, pieces))
@@ -146,7 +155,7 @@ class DiskTier:
         t0 = time.perf_counter()
         try:
             with self._lock:
-                written, new = self._put(d, e)
+                written, new = self._put(d, e, owner)
             self._n.add(puts=1, written=written, blocks_written=new, blocks_shared=len(e.item.keys) - new)
         except WRITE_ERRORS as err:
             log.error("disk_tier.write_failed", key=d, n_tokens=len(toks), nbytes=e.held, error=why(err))
@@ -170,7 +179,7 @@ class DiskTier:
             self._n.add(whole=1)
             return None
 
-    def _put(self, d: str, e: Encoded) -> tuple[int, int]:
+    def _put(self, d: str, e: Encoded, owner: str) -> tuple[int, int]:
         """Lock held. Blocks not held yet first, then the entry's rows, then deletes (diskcache removes a
         deleted value's file at once, even inside a transaction that is then rolled back); a failure rolls
         back and removes the new files. (bytes written, blocks written)."""
@@ -179,7 +188,8 @@ class DiskTier:
             stamp = time.time_ns()
             new = write_blocks(self._store, self._fp, self.settings, e, self._m.blocks)
             self._store.put(IDX + d, e.index)
-            self._store.put(USE + d, format_usage(stamp, item.nbytes))
+            usage = format_usage(stamp, item.nbytes, owner)
+            self._store.put(USE + d, usage)
             if e.manifest is not None:
                 self._store.put(MAN + d, e.manifest)
             elif d in self._m and self._m.items[d].keys:
@@ -187,7 +197,7 @@ class DiskTier:
             self._store.put(REC + d, PartsReader(e.parts), read=True)
             txn.changed.add(d)
             olds = self._m.trie.prefixes(item.tokens)
-            self._drop_blocks(self._m.add(d, item, format_usage(stamp, item.nbytes)))
+            self._drop_blocks(self._m.add(d, item, usage))
             for od in olds:
                 log.debug("disk_tier.replaced", key=od, n_tokens=len(self._m.items[od].tokens))
                 self._delete(od)
@@ -399,11 +409,23 @@ class DiskTier:
         """Remove the least recently used entries (never `keep`) until the bytes fit."""
         if not self.limit_bytes:
             return
-        while self._m.total > self.limit_bytes and (d := self._m.usage.oldest(keep)) is not None:
+        while self._m.total > self.limit_bytes and (d := self._victim(keep)) is not None:
             row = self._m.usage.get(d)
             self._delete(d)
             self._n.add(evictions=1)
             log.debug("disk_tier.evicted", key=d, nbytes=row and row[1], total=self._m.total, limit=self.limit_bytes)
+
+    def _victim(self, keep: str | None) -> str | None:
+        """The next entry to evict (never `keep`): the least recently used, of the owner furthest over its share
+        when several owners hold entries."""
+        book = self._m.usage
+        owners = book.owners
+        if len(owners) <= 1:
+            return book.oldest(keep)
+        heads = {o: h for o in owners if (h := book.oldest(keep, o)) is not None}
+        among = sorted(heads, key=lambda o: (book.get(heads[o]) or (0, 0))[0])  # ties: the older entry
+        owner = worst_owner({o: self._m.charged(o) for o in owners}, self.limit_bytes, self.weights.of, among)
+        return heads[owner] if owner is not None else None
 
     def _reject(self, d: str, reason: str, detail: str) -> None:
         """Lock held. Remove an unusable entry and say why."""

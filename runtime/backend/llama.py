@@ -3,13 +3,14 @@ disk tier, behind the `SlotBackend` protocol; `LlamaBackend.build` makes one fro
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from caches.disk.stats import DiskTierStats
 from caches.disk.tier import DiskBlocks, DiskTier
 from caches.kvstate import memory_of
+from caches.shares import Weights
 from caches.tiered import Location
 from runtime.backend.info import EngineInfo
 from runtime.backend.protocol import (
@@ -60,7 +61,7 @@ class LlamaBackend:
         opened is logged and left out, the documented fallback) and make the slot. Blocking: run it in a worker
         thread. What it made is freed again if a later step fails."""
         engine = Engine(config.model if config.model is not None else default_model_path(), config.engine)
-        cache, disk = config.cache, None
+        cache, disk, weights = config.cache, None, Weights()
         try:
             if config.data_dir is not None:
                 directory = config.data_dir / "states"
@@ -74,6 +75,7 @@ class LlamaBackend:
                         blocks=None
                         if cache.shared_blocks is None
                         else DiskBlocks(memory_of(str(engine.kind), engine.n_swa), cache.shared_blocks, part=1),
+                        weights=weights,
                     )
                 except DiskTierUnavailable as e:
                     log.warning("runtime.disk_tier_unavailable", directory=e.directory, reason=e.reason)
@@ -84,6 +86,7 @@ class LlamaBackend:
                 cache_rules=cache.rules,
                 speculative=config.speculative,
                 shared_blocks=cache.shared_blocks,
+                weights=weights,
             )
         except BaseException:
             try:
@@ -180,6 +183,9 @@ class LlamaBackend:
 
     def erase_slot(self) -> int:
         return slot_files.erase(self.slot)
+
+    def set_key_weights(self, weight: Callable[[str], int]) -> None:
+        self.slot.weights.set(weight)  # the disk tier shares the slot's `Weights` (`build`)
 
     def state_key(self) -> int:
         return hash(tuple(self.slot.last.tokens(self.slot.tokens)))  # what a cache tier saves it under

@@ -289,6 +289,10 @@ class SlotBackend(Protocol):
         """The model and the hardware settings it runs with (read from memory, at any time)."""
         ...
 
+    def set_key_weights(self, weight: Callable[[str], int]) -> None:
+        """The API keys' weights by session namespace, for the cache tiers' shares (`caches.shares`)."""
+        ...
+
     def close(self) -> None:
         """Write what should survive to the disk tier and free everything."""
         ...

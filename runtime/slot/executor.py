@@ -21,6 +21,7 @@ from caches.blocks import BlockStore
 from caches.disk.tier import DiskTier
 from caches.kvstate import memory_of
 from caches.prompt_cache import PromptCache
+from caches.shares import Weights, owner_of
 from caches.tiered import Fetched, Swap, TieredCache
 from caches.tokens import lcp
 from runtime.backend.protocol import DecodePaused, PrefillPaused, SlotRequest, SlotResult, SlotStats
@@ -82,7 +83,9 @@ class Slot:
         cache_rules: CacheRules | CacheRuleSet = "turnstile",
         shared_blocks: int | None = None,
         speculative: Speculative = None,
+        weights: Weights | None = None,
     ) -> None:
+        """`weights`: the keys' weights the RAM and disk tiers share (`caches.shares`; the disk tier's own)."""
         rules = CacheRuleSet.named(cache_rules)
         if speculative not in SPECULATIVE:
             raise InvalidConfig(f"speculative must be 'ngram' or None, not {speculative!r}")
@@ -96,9 +99,12 @@ class Slot:
             else None
         )
         self._memory = memory_of(str(engine.kind), engine.n_swa)
+        self.weights = weights if weights is not None else Weights()
         held = held_by_entries if self.blocks is not None and rules.count_shared_bytes else None
         ram: PromptCache[AnyState] | None = (
-            PromptCache(cache_ram_bytes, engine.n_ctx, held=held) if cache_ram_bytes is not None else None
+            PromptCache(cache_ram_bytes, engine.n_ctx, held=held, weights=self.weights)
+            if cache_ram_bytes is not None
+            else None
         )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
         self.lookup = TurnstileLookup(can_truncate=not self.max_checkpoints) if rules.longest_state else None
@@ -359,6 +365,7 @@ class Slot:
         eng = self.engine
         decoding = gen is not None
         swap = self._use_cache(target)
+        self.cache.owner = owner_of(req.session_id)  # from here on the slot's state is this request's key's
         source: CacheSource | None = swap.source
         saved, restored = swap.saved, swap.restored
         n_past, from_ckpt = self._reuse_prefix(target, req.resumed, decoding=decoding)

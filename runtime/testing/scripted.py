@@ -244,6 +244,9 @@ class ScriptedBackend:
     def settle(self) -> None:
         pass  # nothing is held back
 
+    def set_key_weights(self, weight: Callable[[str], int]) -> None:
+        pass  # no cache tiers
+
     def state_key(self) -> int:
         return hash(tuple(self.tokens))
 

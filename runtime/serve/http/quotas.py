@@ -193,7 +193,7 @@ class Ledger:
             return
         self._attached = rt
         rt.scheduler.on_done.append(self._finished)
-        rt.scheduler.keys.set_weights(self.weight)
+        rt.set_key_weights(self.weight)
 
     def weight(self, namespace: str) -> int:
         """The fair-share weight of a session namespace's key (1 for a namespace no key has)."""

@@ -271,6 +271,10 @@ class CassetteBackend:
         if self.inner is not None:
             self.inner.settle()
 
+    def set_key_weights(self, weight: Callable[[str], int]) -> None:
+        if self.inner is not None:
+            self.inner.set_key_weights(weight)
+
     def state_key(self) -> int:
         return self.inner.state_key() if self.inner is not None else 0
 
