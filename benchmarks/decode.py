@@ -57,7 +57,7 @@ class Clock:
 
     decode: list[tuple[float, float]] = field(default_factory=list)
     sample: list[tuple[float, float]] = field(default_factory=list)
-    loop: tuple[float, float] = (0.0, 0.0)  # the decode loop (`generate`) as a whole
+    loop: tuple[float, float] = (0.0, 0.0)  # the decode loop (`Generation.run`) as a whole
 
     def reset(self) -> None:
         self.decode.clear()
@@ -93,21 +93,21 @@ def _timed(record: Callable[[tuple[float, float]], None], fn: Callable[..., Any]
 @contextmanager
 def timed_calls() -> Iterator[None]:
     """Time `Engine.decode`, `Sampler.sample` and the decode loop (restored at the end)."""
-    from runtime.slot import executor
+    from runtime.slot.decode import Generation
 
-    decode, sample, loop = Engine.decode, Sampler.sample, executor.generate  # type: ignore[attr-defined]
+    decode, sample, loop = Engine.decode, Sampler.sample, Generation.run
 
     def set_loop(t: tuple[float, float]) -> None:
         CLOCK.loop = t
 
     Engine.decode = _timed(CLOCK.decode.append, decode)  # type: ignore[method-assign]
     Sampler.sample = _timed(CLOCK.sample.append, sample)  # type: ignore[method-assign]
-    setattr(executor, "generate", _timed(set_loop, loop))  # noqa: B010 - the name the executor calls
+    Generation.run = _timed(set_loop, loop)  # type: ignore[method-assign]
     try:
         yield
     finally:
         Engine.decode, Sampler.sample = decode, sample  # type: ignore[method-assign]
-        setattr(executor, "generate", loop)  # noqa: B010
+        Generation.run = loop  # type: ignore[method-assign]
 
 
 @dataclass(frozen=True)

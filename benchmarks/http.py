@@ -26,8 +26,9 @@ import httpx2 as httpx
 
 from benchmarks import _cli, _rows
 from runtime import Runtime
-from runtime.testing import ScriptedBackend, workloads
+from runtime.testing import ScriptedBackend
 from sessions import MemoryStore
+from tests.support import workloads
 from tests.support.process import ServeProcess
 
 COLUMNS = ["mode", "client", "requests", "errors", "p50_ms", "p90_ms", "overhead_ms", "req_s"]

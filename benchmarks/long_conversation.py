@@ -35,6 +35,7 @@ import anyio
 from benchmarks import _cli
 from caches.tokens import lcp
 from runtime import Runtime
+from runtime.backend.protocol import WHOLE, RenderOptions
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
@@ -114,16 +115,9 @@ class _RenderOnly:
         self.n_ctx = N_CTX
         self.prompts = PromptRenderer(eng.template, lambda text, special: eng.tokenize(text, add_special=special))
 
-    def prepare(
-        self,
-        messages: Any,
-        session_id: str | None = None,
-        *,
-        spans: bool = True,
-        tools: Any = None,
-        template_kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        assert tools is None and not template_kwargs  # the plan's conversation offers no tools, sets no variables
+    def prepare(self, messages: Any, session_id: str | None = None, options: RenderOptions = WHOLE) -> Any:
+        # the plan's conversation offers no tools, sets no variables
+        assert options.tools is None and not options.template_kwargs
         return self.prompts.render(messages, session_id)
 
 

@@ -35,7 +35,7 @@ from runtime.slot.stops import StopMatcher
 from runtime.types import FinishReason
 from sessions import Sampling
 
-__all__ = ["Decoded", "Generation", "budget_for", "generate", "preserved_tokens"]
+__all__ = ["Decoded", "Generation", "budget_for", "preserved_tokens"]
 
 
 @dataclass
@@ -53,30 +53,6 @@ class Decoded:
     steps: int = 0  # decode batches run
 
 
-def generate(
-    eng: Engine,
-    tokens: list[int],
-    req: SlotRequest,
-    t0: float,
-    drafter: Drafter | None = None,
-    on_token: Callable[[int], None] | None = None,
-    *,
-    budget: Budget | None = None,
-    preserved: frozenset[int] = frozenset(),
-) -> Decoded:
-    """Decode after the prompt until EOS, a stop string, `max_tokens`, the context's end or a cancel.
-
-    `tokens` is the slot's token list (equal to memory; the prompt's last token's logits are current) and
-    grows as tokens enter memory; the result holds every emitted token and the text; `on_token(t)` is called for each
-    token that enters memory (the n-gram index follows the slot's tokens that way). `budget`: a reasoning
-    budget that forces its closer when spent (no drafter then); `preserved`: special tokens detokenized as text.
-    """
-    gen = Generation(eng, tokens, req, t0, drafter, on_token, budget=budget, preserved=preserved)
-    out = gen.run(tokens, req)
-    assert out is not None  # no pause check: it runs to its end
-    return out
-
-
 class Generation:
     """One reply's decode loop as an object, so that it can stop after a token and go on later exactly.
 
@@ -86,6 +62,12 @@ class Generation:
     (the slot's memory equal to `held` again) evaluates the pending token in the same one-token step an unpaused
     loop runs, with the same sampler (its random state, penalties and grammar), detokenizer, stop matcher and
     budget, so the reply's tokens and text are those of an unpaused one. `close` frees a paused one's sampler.
+
+    The loop runs after the prompt until EOS, a stop string, `max_tokens`, the context's end or a cancel.
+    `tokens` is the slot's token list (equal to memory; the prompt's last token's logits are current) and grows
+    as tokens enter memory; the result holds every emitted token and the text; `on_token(t)` is called for each
+    token that enters memory (the n-gram index follows the slot's tokens that way). `budget`: a reasoning
+    budget that forces its closer when spent (no drafter then); `preserved`: special tokens detokenized as text.
     """
 
     def __init__(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from runtime import ContextOverflow, Reply, Runtime
-from runtime.backend.protocol import RenderedChat
+from runtime.backend.protocol import WHOLE, RenderedChat, RenderOptions
 
 GEN: dict[str, Any] = {"max_tokens": 8, "temperature": 0.0}
 
@@ -32,8 +32,10 @@ class Recorder:
         self.calls: list[tuple[str | None, list[dict[str, Any]], RenderedChat]] = []
         setattr(self.backend, "prepare", self)  # noqa: B010  # an instance attribute shadows the method
 
-    def __call__(self, messages: Sequence[dict[str, Any]], session_id: str | None = None, **kw: Any) -> RenderedChat:
-        rendered: RenderedChat = self._prepare(messages, session_id, **kw)
+    def __call__(
+        self, messages: Sequence[dict[str, Any]], session_id: str | None = None, options: RenderOptions = WHOLE
+    ) -> RenderedChat:
+        rendered: RenderedChat = self._prepare(messages, session_id, options)
         self.calls.append((session_id, list(messages), rendered))
         return rendered
 

@@ -86,10 +86,11 @@ def _schemathesis(url: str, examples: int, report: Path, extra: list[str]) -> di
         "ndjson",
         "--report-dir",
         str(report),
-        # POST /props and /slots/{id} answer 501 as llama-server does with its feature off (a documented refusal,
+        # POST /props, /slots/{id}, /infill, the embeddings and rerank routes answer 501 as llama-server does with
+        # the feature off (a documented refusal,
         # runtime.serve.http.llama.routes), which not_a_server_error would count as a 5xx
         "--exclude-path-regex",
-        r"^/(props|slots/\{id_slot\})$",
+        r"^/(props|slots/\{id_slot\}|infill|embeddings?|v1/embeddings|(v1/)?rerank(ing)?)$",
         *extra,
     ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False, cwd=report.parent)

@@ -44,6 +44,8 @@ from runtime.reasoning import ReasoningFormat, detect, with_template
 from runtime.testing.chars import char_piece, char_tokens, computed_nothing
 from runtime.testing.pytest_plugin.cassette import Cassette, request_key
 from runtime.tools import ToolFormat
+from sessions import Sampling
+from sessions.sampler_settings import NAMES as SAMPLER_NAMES
 
 __all__ = ["CassetteBackend", "Counters", "TestContext"]
 
@@ -304,6 +306,9 @@ def _request(req: SlotRequest) -> dict[str, Any]:
         grammar = {"gbnf": g.gbnf, "lazy": g.lazy, "triggers": list(g.trigger_patterns), "prefill": g.prefill}
     sampling: dict[str, Any] = msgspec.to_builtins(req.sampling)
     del sampling["speculative"]  # the session's or turn's choice: recorded as the request's `speculative`
+    for name in SAMPLER_NAMES:  # llama.cpp's other samplers count only when set: older cassettes keep their keys
+        if sampling[name] == _SAMPLER_DEFAULTS[name]:
+            del sampling[name]
     budget = msgspec.to_builtins(req.budget) if req.budget is not None else None
     return {"sampling": sampling, "grammar": grammar, "budget": budget, "speculative": req.speculative}
 
@@ -328,3 +333,6 @@ def _replayed(reply: Mapping[str, Any], req: SlotRequest) -> SlotResult:
         cached_tokens=prompt,  # nothing was computed: the whole prompt counts as cached
         cache_source="none",
     )
+
+
+_SAMPLER_DEFAULTS: dict[str, Any] = msgspec.to_builtins(Sampling())
