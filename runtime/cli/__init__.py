@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -189,7 +190,9 @@ def _run(command: Callable[[argparse.Namespace, dict[str, Any]], Awaitable[int]]
         _fail(str(e))
         return e.code
     try:
-        return anyio.run(partial(command, args, options))
+        if args.command == "serve":  # the server handles its own signals (a graceful drain)
+            return anyio.run(partial(command, args, options))
+        return anyio.run(partial(_interruptible, command, args, options))
     except BaseException as exc:  # one line for the errors a user can act on, a traceback for bugs
         if _find(exc, BrokenPipeError) is not None:  # `turnstile demo | head`: stop quietly
             _silence_stdout()
@@ -206,6 +209,33 @@ def _run(command: Callable[[argparse.Namespace, dict[str, Any]], Awaitable[int]]
                 _fail(str(found))
                 return code
         raise
+
+
+async def _interruptible(
+    command: Callable[[argparse.Namespace, dict[str, Any]], Awaitable[int]], args: argparse.Namespace, options: Any
+) -> int:
+    """Run `command`; Ctrl-C cancels it through its own cancel scope (the Runtime closes as on any cancel), then
+    raises KeyboardInterrupt. asyncio's runner would instead cancel the main task natively, and a cancel scope
+    exiting at that moment (the Runtime's task group closing, say) could take that cancellation for its own and
+    swallow it: the command then went on waiting for input."""
+    interrupted = False
+    result = EXIT_OK
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            nonlocal interrupted
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:  # the first Ctrl-C; a second one meets the runner's own handling
+                    interrupted = True
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        result = await command(args, options)
+        tg.cancel_scope.cancel()
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
 
 
 def _silence_stdout() -> None:
