@@ -384,14 +384,9 @@ class TieredCache(Generic[S]):
         copy, `nbytes` its size. Bytes saved."""
         if not slot:
             return 0
-        size, saved = nbytes, 0
         evicted: list[Entry[S]] = []
-        if self.ram is not None:
-            if self.ram.save(slot, size, lambda: state, self.owner):
-                saved = size
-            evicted += self.ram.drain_evicted()
-        if not saved and self.disk is not None:
-            saved = self._spill(slot, state)
+        # a request's save, but one the disk always takes when RAM does not (the slot is about to be replaced)
+        saved = self._store(Save(tuple(slot), nbytes, self.ram is not None, spill=True), state, evicted)
         if self.ram is not None:
             evicted += self.ram.update()
         self._spill_all(evicted)
