@@ -27,6 +27,7 @@ from runtime.errors import LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import capture_logs
 from runtime.serve.http import app as make_app
+from tests.support.raw_asgi import RawClient
 from tests.support.tiny_models import write_llama
 
 N_BATCH = 512
@@ -73,52 +74,6 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     g.go.set()
 
 
-class Client:
-    """One request through the raw ASGI interface; `leave()` disconnects it."""
-
-    def __init__(self, path: str, body: dict[str, Any]) -> None:
-        self.path, self.body = path, json.dumps(body).encode()
-        self.sent: list[dict[str, Any]] = []
-        self.got_bytes = anyio.Event()
-        self._left = anyio.Event()
-        self._read = False
-
-    def leave(self) -> None:
-        self._left.set()
-
-    async def receive(self) -> dict[str, Any]:
-        if not self._read:
-            self._read = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        await self._left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: dict[str, Any]) -> None:
-        self.sent.append(message)
-        if message["type"] == "http.response.body" and message.get("body"):
-            self.got_bytes.set()
-
-    def text(self) -> str:
-        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body").decode()
-
-    async def run(self, application: Any) -> None:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": self.path,
-            "raw_path": self.path.encode(),
-            "query_string": b"",
-            "headers": [(b"content-type", b"application/json")],
-            "client": ("127.0.0.1", 1),
-            "server": ("test", 80),
-            "root_path": "",
-        }
-        await application(scope, self.receive, self.send)
-
-
 @asynccontextmanager
 async def runtime(model: Path) -> AsyncIterator[Runtime]:
     async with Runtime.open(model, n_ctx=8192, n_threads=1, n_batch=N_BATCH, n_ubatch=N_BATCH) as rt:
@@ -128,7 +83,7 @@ async def runtime(model: Path) -> AsyncIterator[Runtime]:
 async def test_a_client_leaving_during_prefill_stops_it_at_the_next_chunk(long_model: Path, gate: Gate) -> None:
     async with runtime(long_model) as rt:
         application = make_app(rt)
-        c = Client("/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}], "max_tokens": 4})
+        c = RawClient("/v1/chat/completions", {"messages": [{"role": "user", "content": LONG}], "max_tokens": 4})
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(c.run, application)
@@ -161,12 +116,12 @@ async def test_a_streamed_long_prompt_gets_bytes_before_its_prefill_ends(
     path = "/v1/messages" if dialect == "messages" else "/v1/chat/completions"
     async with runtime(long_model) as rt:
         application = make_app(rt)
-        c = Client(path, body)
+        c = RawClient(path, body)
         async with anyio.create_task_group() as tg:
             tg.start_soon(c.run, application)
             with anyio.fail_after(120):
                 await anyio.to_thread.run_sync(gate.held.wait)
-                await c.got_bytes.wait()  # while the prefill is held
+                await c.first_body.wait()  # while the prefill is held
             early = c.text()
             assert c.sent[0]["status"] == 200
             gate.go.set()

@@ -18,6 +18,7 @@ from runtime.errors import SessionNotFound
 from runtime.serve.http import app as make_app
 from runtime.testing import ScriptedBackend
 from tests.conftest import Scripted
+from tests.support.raw_asgi import RawClient
 
 HI = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi there"}]
 
@@ -304,51 +305,7 @@ async def test_request_timeout_is_504(scripted: Scripted) -> None:
 
 # --- clients that leave ---------------------------------------------------------------------------------
 
-
-class RawClient:
-    """One request through the raw ASGI interface; `leave()` disconnects it at any moment."""
-
-    def __init__(self, body: dict[str, Any], session: str | None = None) -> None:
-        self.body = json.dumps(body).encode()
-        self.headers = [(b"content-type", b"application/json")]
-        if session:
-            self.headers.append((b"x-session-id", session.encode()))
-        self.sent: list[dict[str, Any]] = []
-        self.first_body = anyio.Event()
-        self._left = anyio.Event()
-        self._read = False
-
-    def leave(self) -> None:
-        self._left.set()
-
-    async def receive(self) -> dict[str, Any]:
-        if not self._read:
-            self._read = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        await self._left.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(self, message: dict[str, Any]) -> None:
-        self.sent.append(message)
-        if message["type"] == "http.response.body" and message.get("body"):
-            self.first_body.set()
-
-    async def run(self, application: Any) -> None:
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0", "spec_version": "2.3"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/v1/chat/completions",
-            "raw_path": b"",
-            "query_string": b"",
-            "headers": self.headers,
-            "client": ("127.0.0.1", 1),
-            "server": ("test", 80),
-            "root_path": "",
-        }
-        await application(scope, self.receive, self.send)
+CHAT = "/v1/chat/completions"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -358,7 +315,7 @@ async def test_a_client_that_leaves_while_running_stops_its_request(scripted: Sc
         assert isinstance(backend, ScriptedBackend)
         application = make_app(rt)
         gate = backend.hold("d")
-        c = RawClient({"messages": HI, "stream": stream}, "d")
+        c = RawClient(CHAT, {"messages": HI, "stream": stream}, "d")
         async with anyio.create_task_group() as tg:
             tg.start_soon(c.run, application)
             await gate.arrived()
@@ -382,7 +339,7 @@ async def test_a_client_that_leaves_while_queued_is_removed(scripted: Scripted) 
         assert isinstance(backend, ScriptedBackend)
         application = make_app(rt)
         gate = backend.hold("a")
-        running, queued = RawClient({"messages": HI}, "a"), RawClient({"messages": HI, "stream": True}, "q")
+        running, queued = RawClient(CHAT, {"messages": HI}, "a"), RawClient(CHAT, {"messages": HI, "stream": True}, "q")
         async with anyio.create_task_group() as tg:
             tg.start_soon(running.run, application)
             await gate.arrived()
@@ -411,6 +368,7 @@ async def test_a_client_that_leaves_mid_stream_commits_nothing(scripted: Scripte
         before = await rt.get_session("m")
         # the stream's first piece reaches the client; the client leaves before the reply is complete
         c = RawClient(
+            CHAT,
             {
                 "messages": [*HI, {"role": "assistant", "content": words}, {"role": "user", "content": "more"}],
                 "stream": True,
