@@ -33,8 +33,7 @@ import gguf
 import numpy as np
 
 from runtime.llama.models import default_model_path
-from tests.support.scripted_models import QWEN25_TEMPLATE_NAME, write_tool_caller
-from tests.support.vendor import vendored_template
+from tests.support.scripted_models import finish_scripted_llama, open_scripted_llama, write_tool_caller
 
 __all__ = ["write_bpe_tool_caller", "write_recorded_caller"]
 
@@ -78,17 +77,7 @@ def write_bpe_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 65
     dim = {tok: i + 1 for i, tok in enumerate(own)}
     flag = len(own) + 1
 
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(n_ctx)
-    w.add_embedding_length(_N_EMBD)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(1)
-    w.add_head_count_kv(1)
-    w.add_rope_dimension_count(_N_EMBD)
-    w.add_rope_freq_base(1e30)  # every rotary frequency but the first pair's is ~0
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w = open_scripted_llama(path, n_ctx=n_ctx, n_head=1, head_dim=_N_EMBD)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)
@@ -98,20 +87,11 @@ def write_bpe_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 65
     w.add_eos_token_id(eos)
     w.add_unk_token_id(ids["<|endoftext|>"])
     w.add_pad_token_id(eos)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(vendored_template(QWEN25_TEMPLATE_NAME))
-
     embd = np.zeros((n_vocab, _N_EMBD), np.float32)
     embd[:, 0] = 1.0
     for tok, d in dim.items():
         embd[tok] = 0.0
         embd[tok, d] = 1.0
-    w.add_tensor("token_embd.weight", embd)
-    w.add_tensor("output_norm.weight", np.ones(_N_EMBD, np.float32))
-    w.add_tensor("blk.0.attn_norm.weight", np.ones(_N_EMBD, np.float32))
-    w.add_tensor("blk.0.ffn_norm.weight", np.ones(_N_EMBD, np.float32))
     qk_dim = _N_EMBD - 1  # the last rotary pair: frequency 1e30^(-62/64), no rotation
     scale = float(np.sqrt(_N_EMBD))  # the attention norm scales a one-hot row to sqrt(n_embd)
     wq = np.zeros((_N_EMBD, _N_EMBD), np.float32)
@@ -122,22 +102,13 @@ def write_bpe_tool_caller(path: Path, *, call: str, answer: str, n_ctx: int = 65
     wv[0, dim[response]] = 1.0 / scale
     wo = np.zeros((_N_EMBD, _N_EMBD), np.float32)
     wo[flag, 0] = 1.0
-    for name, data in (("q", wq), ("k", wk), ("v", wv), ("output", wo)):
-        w.add_tensor(f"blk.0.attn_{name}.weight", data)
-    w.add_tensor("blk.0.ffn_gate.weight", np.zeros((64, _N_EMBD), np.float32))
-    w.add_tensor("blk.0.ffn_up.weight", np.zeros((64, _N_EMBD), np.float32))
-    w.add_tensor("blk.0.ffn_down.weight", np.zeros((_N_EMBD, 64), np.float32))
     out = np.zeros((n_vocab, _N_EMBD), np.float32)
     chain = [(newline, tool_call), (tool_call, call_tok), (call_tok, end_call), (end_call, eos), (answer_tok, eos)]
     for prev, nxt in chain:
         out[nxt, dim[prev]] = _CHAIN
     out[answer_tok, dim[newline]] = _NEWLINE_ANSWER  # beaten by <tool_call> unless the flag adds its bias
     out[answer_tok, flag] = _FLAG_BIAS
-    w.add_tensor("output.weight", out)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_scripted_llama(w, embd=embd, attn=(wq, wk, wv, wo), out=out)
     return path
 
 

@@ -29,12 +29,13 @@ import numpy as np
 
 from tests.support.vendor import vendored_template
 
-__all__ = ["QWEN25_TEMPLATE_NAME", "write_tool_caller"]
+__all__ = ["QWEN25_TEMPLATE_NAME", "finish_scripted_llama", "open_scripted_llama", "write_tool_caller"]
 
 QWEN25_TEMPLATE_NAME = "Qwen-Qwen2.5-7B-Instruct.jinja"
 
 _N_HEAD, _HEAD_DIM = 6, 64
 _N_EMBD = _N_HEAD * _HEAD_DIM  # 384: room for the one-hot vocabulary and the flag
+_N_FF = 64  # the FFN's width (its weights are zero)
 _CHAIN, _NEWLINE_ANSWER, _FLAG_BIAS = 20.0, 15.0, 10.0  # logit weights (x sqrt(n_embd) after the norm)
 
 
@@ -68,17 +69,7 @@ def write_tool_caller(path: Path, *, call: str, answer: str, second_call: str | 
     flag = n_vocab  # the residual dimension attention writes
     assert flag < _N_EMBD
     newline, eos = ids["<0x0A>"], ids["<|im_end|>"]
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_context_length(n_ctx)
-    w.add_embedding_length(_N_EMBD)
-    w.add_block_count(1)
-    w.add_feed_forward_length(64)
-    w.add_head_count(_N_HEAD)
-    w.add_head_count_kv(_N_HEAD)
-    w.add_rope_dimension_count(_HEAD_DIM)
-    w.add_rope_freq_base(1e30)  # every rotary frequency but the first pair's is ~0
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w = open_scripted_llama(path, n_ctx=n_ctx, n_head=_N_HEAD, head_dim=_HEAD_DIM)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * n_vocab)
@@ -86,21 +77,8 @@ def write_tool_caller(path: Path, *, call: str, answer: str, second_call: str | 
     w.add_bos_token_id(ids["<|endoftext|>"])
     w.add_eos_token_id(eos)
     w.add_unk_token_id(0)
-    w.add_add_bos_token(False)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(False)
-    w.add_chat_template(vendored_template(QWEN25_TEMPLATE_NAME))
-
-    def add(name: str, rows: int, cols: int, data: np.ndarray | None = None) -> None:
-        """A ggml tensor of ne = (cols, rows): numpy shape (rows, cols), `y = W @ x` with x of length cols."""
-        w.add_tensor(name, np.zeros((rows, cols), np.float32) if data is None else data.astype(np.float32))
-
     embd = np.zeros((n_vocab, _N_EMBD), np.float32)
     embd[np.arange(n_vocab), np.arange(n_vocab)] = 1.0
-    w.add_tensor("token_embd.weight", embd)
-    w.add_tensor("output_norm.weight", np.ones(_N_EMBD, np.float32))
-    w.add_tensor("blk.0.attn_norm.weight", np.ones(_N_EMBD, np.float32))
-    w.add_tensor("blk.0.ffn_norm.weight", np.ones(_N_EMBD, np.float32))
     qk_dim = _HEAD_DIM - 1  # the last rotary pair of head 0: frequency 1e30^(-62/64), no rotation
     wq = np.zeros((_N_EMBD, _N_EMBD), np.float32)
     wq[qk_dim, :n_vocab] = 1.0  # a constant query, whatever the token
@@ -111,13 +89,6 @@ def write_tool_caller(path: Path, *, call: str, answer: str, second_call: str | 
     wv[0, ids["<tool_response>"]] = 1.0 / scale
     wo = np.zeros((_N_EMBD, _N_EMBD), np.float32)
     wo[flag, 0] = 1.0
-    add("blk.0.attn_q.weight", _N_EMBD, _N_EMBD, wq)
-    add("blk.0.attn_k.weight", _N_EMBD, _N_EMBD, wk)
-    add("blk.0.attn_v.weight", _N_EMBD, _N_EMBD, wv)
-    add("blk.0.attn_output.weight", _N_EMBD, _N_EMBD, wo)
-    add("blk.0.ffn_gate.weight", 64, _N_EMBD)
-    add("blk.0.ffn_up.weight", 64, _N_EMBD)
-    add("blk.0.ffn_down.weight", _N_EMBD, 64)
     out = np.zeros((n_vocab, _N_EMBD), np.float32)
     call_tok, answer_tok = ids["\n" + call + "\n"], ids[answer]
     chain = [(newline, ids["<tool_call>"]), (ids["<tool_call>"], call_tok), (call_tok, ids["</tool_call>"])]
@@ -132,9 +103,54 @@ def write_tool_caller(path: Path, *, call: str, answer: str, second_call: str | 
         out[nxt, prev] = _CHAIN
     out[answer_tok, newline] = _NEWLINE_ANSWER  # beaten by <tool_call> unless the flag adds its bias
     out[answer_tok, flag] = _FLAG_BIAS
-    w.add_tensor("output.weight", out)
+    finish_scripted_llama(w, embd=embd, attn=(wq, wk, wv, wo), out=out)
+    return path
+
+
+def open_scripted_llama(path: Path, *, n_ctx: int, n_head: int, head_dim: int) -> gguf.GGUFWriter:
+    """A GGUF writer at `path` with the hyperparameters of a scripted model: one llama block of `n_head`
+    heads of `head_dim` (as many KV heads), an FFN of 64, rotary frequencies ~0 but the first pair's, F32.
+    The caller adds its tokenizer, then `finish_scripted_llama` writes the rest."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_head * head_dim)
+    w.add_block_count(1)
+    w.add_feed_forward_length(_N_FF)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(1e30)  # every rotary frequency but the first pair's is ~0
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    return w
+
+
+def finish_scripted_llama(
+    w: gguf.GGUFWriter,
+    *,
+    embd: np.ndarray,
+    attn: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    out: np.ndarray,
+) -> None:
+    """Add what every scripted model has after its tokenizer (no BOS, EOS or space prefix added, Qwen 2.5's
+    template, norms of ones, a zero FFN) and its weights: the token embeddings `embd`, the attention's
+    (q, k, v, output) matrices and the output head `out`; then write the file and close it.
+    Each matrix is a ggml tensor of ne = (cols, rows): numpy shape (rows, cols), `y = W @ x`."""
+    n_embd = embd.shape[1]
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(False)
+    w.add_chat_template(vendored_template(QWEN25_TEMPLATE_NAME))
+    w.add_tensor("token_embd.weight", embd.astype(np.float32))
+    for norm in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
+        w.add_tensor(f"{norm}.weight", np.ones(n_embd, np.float32))
+    for name, data in zip(("q", "k", "v", "output"), attn, strict=True):
+        w.add_tensor(f"blk.0.attn_{name}.weight", data.astype(np.float32))
+    w.add_tensor("blk.0.ffn_gate.weight", np.zeros((_N_FF, n_embd), np.float32))
+    w.add_tensor("blk.0.ffn_up.weight", np.zeros((_N_FF, n_embd), np.float32))
+    w.add_tensor("blk.0.ffn_down.weight", np.zeros((n_embd, _N_FF), np.float32))
+    w.add_tensor("output.weight", out.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return path
