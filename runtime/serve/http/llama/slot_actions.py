@@ -85,27 +85,22 @@ async def _act(state: ServeState, request: Request) -> dict[str, Any]:
     t0 = time.perf_counter()
     if action == "save":
         done = await rt.save_slot(target)
-        ms = (time.perf_counter() - t0) * 1000
-        return {
-            "id_slot": id_slot,
-            "filename": name,
-            "n_saved": done.n_tokens,
-            "n_written": done.n_bytes,
-            "timings": {"save_ms": ms},
-        }
-    try:
-        done = await rt.restore_slot(target)
-    except FileNotFoundError:
-        raise ApiError(400, f"Unable to restore slot: no file {name!r}") from None
-    except (StateFormatError, ContextOverflow) as e:
-        raise ApiError(400, f"Unable to restore slot: {e}") from None
+        n_tokens, n_bytes, timing = "n_saved", "n_written", "save_ms"
+    else:
+        try:
+            done = await rt.restore_slot(target)
+        except FileNotFoundError:
+            raise ApiError(400, f"Unable to restore slot: no file {name!r}") from None
+        except (StateFormatError, ContextOverflow) as e:
+            raise ApiError(400, f"Unable to restore slot: {e}") from None
+        n_tokens, n_bytes, timing = "n_restored", "n_read", "restore_ms"
     ms = (time.perf_counter() - t0) * 1000
     return {
         "id_slot": id_slot,
         "filename": name,
-        "n_restored": done.n_tokens,
-        "n_read": done.n_bytes,
-        "timings": {"restore_ms": ms},
+        n_tokens: done.n_tokens,
+        n_bytes: done.n_bytes,
+        "timings": {timing: ms},
     }
 
 
