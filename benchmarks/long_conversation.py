@@ -26,13 +26,12 @@ the stable figure on a shared machine).
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import anyio
 
-from benchmarks import _cli
+from benchmarks import _cli, _timing
 from caches.tokens import lcp
 from runtime import Runtime
 from runtime.backend.protocol import WHOLE, RenderOptions
@@ -168,18 +167,6 @@ def _conversation(n: int) -> list[dict[str, str]]:
     return msgs
 
 
-def _times_ms(fn: Any, reps: int, before: Any = None) -> tuple[float, float]:
-    """(min, median) milliseconds of `fn` over `reps` runs (`before` runs untimed before each)."""
-    times = []
-    for _ in range(reps):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times) * 1000, statistics.median(times) * 1000
-
-
 def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with Engine(model, EngineConfig(n_ctx=512, n_threads=1)) as eng:
@@ -193,13 +180,15 @@ def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> li
             r.render(prev, "s")
             assert r.render(cur, "s").tokens == tpl.render(cur, spans=False).tokens
             paths = {
-                "incremental (per-session cache)": _times_ms(
+                "incremental (per-session cache)": _timing.min_median_ms(
                     lambda r=r, cur=cur: r.render(cur, "s"), reps, lambda r=r, prev=prev: r.render(prev, "s")
                 ),
-                "full render, no starts": _times_ms(lambda cur=cur: tpl.render(cur, spans=False), max(3, reps // 4)),
+                "full render, no starts": _timing.min_median_ms(
+                    lambda cur=cur: tpl.render(cur, spans=False), max(3, reps // 4)
+                ),
             }
             if len(cur) <= starts_upto:  # quadratic: minutes at 1,000 messages
-                paths["full render + starts"] = _times_ms(
+                paths["full render + starts"] = _timing.min_median_ms(
                     lambda cur=cur: tpl.render(cur, spans=True), 1 if len(cur) > 200 else max(3, reps // 4)
                 )
             for path, (low, mid) in paths.items():

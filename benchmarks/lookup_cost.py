@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _cli
+from benchmarks import _cli, _timing
 from benchmarks._workload import N_BATCH, N_UBATCH
 from caches import kvstate
 from caches.blocks import BlockStore
@@ -48,17 +46,6 @@ def _tokens(eng: Engine, n: int) -> list[int]:
 def _decode(eng: Engine, tokens: list[int], pos: int) -> None:
     for start in range(0, len(tokens), eng.n_batch):
         eng.decode(tokens[start : start + eng.n_batch], pos + start, logits_last=True)
-
-
-def _times(fn: Callable[[], object], repeat: int, before: Callable[[], object] | None = None) -> list[float]:
-    out: list[float] = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _row(op: str, tokens: int, nbytes: int, times: list[float], per: int = 0) -> dict[str, Any]:
@@ -96,7 +83,9 @@ def measure(eng: Engine, args: Any, tmp: Path) -> tuple[list[dict[str, Any]], li
     _decode(eng, tokens[: args.context], 0)
     for k in args.prefill:
         extra = tokens[args.context : args.context + k]
-        times = _times(lambda ex=extra: _decode(eng, ex, args.context), r, lambda: eng.seq_rm(args.context, -1))
+        times = _timing.times_s(
+            lambda ex=extra: _decode(eng, ex, args.context), r, lambda: eng.seq_rm(args.context, -1)
+        )
         rows.append(_row("prefill", k, 0, times, per=k))
     store = BlockStore(64, namespace=(eng.fingerprint + eng.settings_key).encode())
     disk = DiskTier(tmp / "disk", fingerprint=eng.fingerprint, settings=eng.settings_key, limit_bytes=0)
@@ -106,7 +95,7 @@ def measure(eng: Engine, args: Any, tmp: Path) -> tuple[list[dict[str, Any]], li
         _cli.progress(f"states of {n} tokens")
         eng.clear()
         _decode(eng, tokens[:n], 0)
-        save = _times(lambda: bytes(eng.state_get()), r)  # a copy out, as a cache keeps it
+        save = _timing.times_s(lambda: bytes(eng.state_get()), r)  # a copy out, as a cache keeps it
         state = bytes(eng.state_get())
         size = len(state)
         ref = store.put(tokens[:n], state, memory)
@@ -120,9 +109,9 @@ def measure(eng: Engine, args: Any, tmp: Path) -> tuple[list[dict[str, Any]], li
 
         measured = {
             "save (state_get)": save,
-            "load, RAM whole": _times(lambda s=state: eng.state_set(s), r),
-            "load, RAM blocks": _times(lambda rf=ref: eng.state_set(store.get(rf)), r),
-            "load, disk": _times(from_disk, r),
+            "load, RAM whole": _timing.times_s(lambda s=state: eng.state_set(s), r),
+            "load, RAM blocks": _timing.times_s(lambda rf=ref: eng.state_set(store.get(rf)), r),
+            "load, disk": _timing.times_s(from_disk, r),
         }
         for op, times in measured.items():
             rows.append(_row(op, n, size, times))

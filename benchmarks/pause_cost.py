@@ -12,27 +12,17 @@ the time of one decode step (the policy's `PREFILL_PER_STEP`) and a pause's cost
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import _cli
+from benchmarks import _cli, _timing
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.llama.models import default_model_path
 
 COLUMNS = ["tokens", "state_mib", "save_ms", "load_ms", "pause_ms", "step_ms", "chunk_ms", "prefill_per_step",
            "pause_steps"]  # fmt: skip
-
-
-def _ms(fn: Any, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(1000 * (time.perf_counter() - t))
-    return statistics.median(times)
 
 
 def measure(eng: Engine, n: int, reps: int) -> dict[str, Any]:
@@ -44,16 +34,16 @@ def measure(eng: Engine, n: int, reps: int) -> dict[str, Any]:
     prefill_s = time.perf_counter() - t
     chunk_ms = 1000 * prefill_s / max(1, -(-n // eng.n_batch))
     saved: list[bytes] = []
-    save_ms = _ms(lambda: saved.append(bytes(eng.state_get())), reps)
+    save_ms = _timing.median_ms(lambda: saved.append(bytes(eng.state_get())), reps)
     data = saved[-1]
-    load_ms = _ms(lambda: eng.state_set(data), reps)
+    load_ms = _timing.median_ms(lambda: eng.state_set(data), reps)
     pos = [n]
 
     def step() -> None:
         eng.decode([tokens[0]], pos[0])
         pos[0] += 1
 
-    step_ms = _ms(step, reps)
+    step_ms = _timing.median_ms(step, reps)
     per_step = round(n / (1000 * prefill_s) * step_ms, 1)
     return {
         "tokens": n,

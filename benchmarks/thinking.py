@@ -26,17 +26,14 @@ against turnstile's).
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from benchmarks import _cli
+from benchmarks import _cli, _timing
 from runtime import Runtime
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
@@ -85,18 +82,6 @@ def _conversation(n_turns: int) -> list[dict[str, str]]:
     return msgs
 
 
-def _times_ms(fn: Callable[[], Any], reps: int, before: Callable[[], Any] | None = None) -> tuple[float, float]:
-    """(min, median) milliseconds of `fn` over `reps` runs (`before` runs untimed before each)."""
-    times = []
-    for _ in range(reps):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times) * 1000, statistics.median(times) * 1000
-
-
 def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with Engine(model, EngineConfig(n_ctx=512, n_threads=1, chat_template=qwen3_template())) as eng:
@@ -121,14 +106,16 @@ def render_rows(model: str, sizes: list[int], reps: int, starts_upto: int) -> li
             r.render(cur, "s")
             work = {"incremental (per-session cache)": (counted.renders, chars[0])}
             paths = {
-                "incremental (per-session cache)": _times_ms(
+                "incremental (per-session cache)": _timing.min_median_ms(
                     partial(r.render, cur, "s"), reps, partial(r.render, prev, "s")
                 ),
-                "full render, no starts": _times_ms(partial(tpl.render, cur, spans=False), max(3, reps // 4)),
+                "full render, no starts": _timing.min_median_ms(
+                    partial(tpl.render, cur, spans=False), max(3, reps // 4)
+                ),
             }
             work["full render, no starts"] = (1, len(tpl.render_text(cur, add_generation_prompt=True)))
             if len(cur) <= starts_upto:  # quadratic in the messages
-                paths["full render + starts"] = _times_ms(
+                paths["full render + starts"] = _timing.min_median_ms(
                     partial(tpl.render, cur, spans=True), 1 if len(cur) > 200 else max(3, reps // 4)
                 )
             for path, (low, mid) in paths.items():
