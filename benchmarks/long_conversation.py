@@ -93,6 +93,12 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
             if (t + 1) % 25 == 0:
                 _cli.progress(f"keep {keep}: turn {t + 1}/{turns}, ratio so far {prefilled / max(ideal, 1):.2f}")
         total = time.perf_counter() - t0
+    row = _window_row(keep, turns, cuts=cuts, prefilled=prefilled, ideal=ideal, prompt_total=prompt_total)
+    return row | {"prefill_s_per_turn": prefill_s / turns, "total_s": total}
+
+
+def _window_row(keep: float, turns: int, *, cuts: int, prefilled: int, ideal: int, prompt_total: int) -> dict[str, Any]:
+    """A window policy's row: its cuts, prefilled and ideal tokens per turn, their ratio and the mean prompt."""
     return {
         "policy": "naive (drop one turn)" if keep >= 1.0 else "window",
         "keep": keep,
@@ -102,8 +108,6 @@ async def _window_run(model: str, keep: float, turns: int, threads: int) -> dict
         "ideal_per_turn": ideal / turns,
         "ratio": prefilled / max(ideal, 1),
         "prompt_mean": prompt_total / turns,
-        "prefill_s_per_turn": prefill_s / turns,
-        "total_s": total,
     }
 
 
@@ -145,16 +149,7 @@ def plan_rows(model: str, keeps: list[float], turns: int) -> list[dict[str, Any]
                 prompt_total += len(prompt)
                 msgs.append({"role": "assistant", "content": reply})
             rows.append(
-                {
-                    "policy": "naive (drop one turn)" if keep >= 1.0 else "window",
-                    "keep": keep,
-                    "turns": turns,
-                    "cuts": cuts,
-                    "prefilled_per_turn": prefilled / turns,
-                    "ideal_per_turn": ideal / turns,
-                    "ratio": prefilled / max(ideal, 1),
-                    "prompt_mean": prompt_total / turns,
-                }
+                _window_row(keep, turns, cuts=cuts, prefilled=prefilled, ideal=ideal, prompt_total=prompt_total)
             )
     return rows
 
