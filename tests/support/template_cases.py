@@ -1,8 +1,14 @@
-"""The conversations the template parity test renders with every vendored template (llama-server request bodies)."""
+"""The conversations the template parity test renders with every vendored template (llama-server request bodies),
+and `render_body`: `apply_template` on such a body as llama-server renders it for the tests' tiny model."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from runtime.templates import apply_template
+
+BOS, EOS = "<s>", "<|im_end|>"  # the tiny model's tokens (it adds neither itself)
 
 SYSTEM = {"role": "system", "content": "You are a terse assistant."}
 TOOLS: list[dict[str, Any]] = [
@@ -104,3 +110,18 @@ MORE_CASES: list[tuple[str, dict[str, Any]]] = [
     ),
 ]
 CASES += MORE_CASES
+
+
+def render_body(source: str, body: Mapping[str, Any], **kw: Any) -> str:
+    """`apply_template` on a `/apply-template` request body (messages, tools, add_generation_prompt,
+    chat_template_kwargs) with the tiny model's BOS and EOS; `kw` goes to `apply_template`."""
+    return apply_template(
+        source,
+        body["messages"],
+        tools=body.get("tools"),
+        add_generation_prompt=body.get("add_generation_prompt", True),
+        chat_template_kwargs=body.get("chat_template_kwargs"),
+        bos_token=BOS,
+        eos_token=EOS,
+        **kw,
+    )

@@ -25,16 +25,14 @@ from typing import Any
 import pytest
 
 from runtime.errors import ChatTemplateError
-from runtime.templates import apply_template
 from tests.support.llama_server import LlamaServer
 from tests.support.oracle import llama_server_binary
-from tests.support.template_cases import CASES
+from tests.support.template_cases import CASES, render_body
 from tests.support.tiny_models import write_llama
 from tests.support.vendor_tree import vendored_tree
 
 _BINARY = llama_server_binary()
 N_TEMPLATES = 70
-BOS, EOS = "<s>", "<|im_end|>"  # the tiny model's tokens (it adds neither itself)
 
 KNOWN_DIFFERENCES: dict[str, str] = {}  # template file -> the llama-server bug that makes them differ
 
@@ -64,15 +62,7 @@ def server_render(url: str, body: dict[str, Any]) -> str | Refused:
 
 def our_render(source: str, body: dict[str, Any]) -> str | Refused:
     try:
-        return apply_template(
-            source,
-            body["messages"],
-            tools=body.get("tools"),
-            add_generation_prompt=body.get("add_generation_prompt", True),
-            chat_template_kwargs=body.get("chat_template_kwargs"),
-            bos_token=BOS,
-            eos_token=EOS,
-        )
+        return render_body(source, body)
     except ChatTemplateError as e:
         return Refused(str(e))
 

@@ -16,11 +16,10 @@ from runtime.errors import BadInput, ChatTemplateError
 from runtime.log import capture_logs
 from runtime.templates import CHATML_TEMPLATE, apply_template, default_enable_thinking, template_caps
 from runtime.templates.load import chat_template_source, choose_templates
-from tests.support.template_cases import CASES
+from tests.support.template_cases import BOS, CASES, render_body
 from tests.support.vendor_tree import template_path
 
 CASE = dict(CASES)
-BOS, EOS = "<s>", "<|im_end|>"
 
 # reads `tools` only when defined, prints arguments as objects, `add_generation_prompt` and `enable_thinking`
 TOOLS_TEMPLATE = (
@@ -53,17 +52,7 @@ TOOL_JSON = (
 
 
 def render(source: str, case: str, **kw: Any) -> str:
-    body = CASE[case]
-    return apply_template(
-        source,
-        body["messages"],
-        tools=body.get("tools"),
-        add_generation_prompt=body.get("add_generation_prompt", True),
-        chat_template_kwargs=body.get("chat_template_kwargs"),
-        bos_token=BOS,
-        eos_token=EOS,
-        **kw,
-    )
+    return render_body(source, CASE[case], **kw)
 
 
 def vendored(name: str) -> str:
