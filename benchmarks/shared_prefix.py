@@ -39,13 +39,12 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks import _cli, _shared_turns
+from benchmarks import _cli, _shared_turns, _timing
 from benchmarks._workload import Settings
 from caches import kvstate
 from caches.blocks import BlockStore, StoredState
@@ -151,15 +150,6 @@ def storage(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dic
     return rows
 
 
-def _time(fn: Callable[[], object], repeat: int) -> list[float]:
-    out: list[float] = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def _row(name: str, block: int | str, nbytes: int, times: list[float], memcpy_s: float) -> dict[str, Any]:
     med, best = statistics.median(times), min(times)
     return {
@@ -192,9 +182,9 @@ def _speed(
             store.release(ref)
         refs[:] = [store.put(tokens, state, memory)]
 
-    rows = [_row("put, all new", b, size, _time(put_new, r), m_into)]
+    rows = [_row("put, all new", b, size, _timing.times_s(put_new, r), m_into)]
     twin = store.put(tokens, state, memory)
-    held = _time(lambda: store.release(store.put(tokens, state, memory)), r)
+    held = _timing.times_s(lambda: store.release(store.put(tokens, state, memory)), r)
     rows.append(_row("put, all held", b, size, held, m_into))
     out: list[memoryview] = [store.get(twin)]
     if bytes(out[0]) != bytes(state):
@@ -204,8 +194,8 @@ def _speed(
         out.append(store.get(twin))
         out.pop(0)  # a cache hands the state to llama.cpp and drops it: the pool reuses its memory
 
-    rows.append(_row("assemble (get)", b, size, _time(get_one, r), m_into))
-    rows.append(_row("restore (state_set of it)", b, size, _time(lambda: eng.state_set(out[-1]), r), m_into))
+    rows.append(_row("assemble (get)", b, size, _timing.times_s(get_one, r), m_into))
+    rows.append(_row("restore (state_set of it)", b, size, _timing.times_s(lambda: eng.state_set(out[-1]), r), m_into))
     return rows
 
 
@@ -229,7 +219,7 @@ def assembly(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[di
     src = np.frombuffer(state, dtype=np.uint8)
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    into = _time(lambda: np.copyto(dst, src), r)
+    into = _timing.times_s(lambda: np.copyto(dst, src), r)
     m_into = statistics.median(into)
     rows = [_row("memcpy (into mapped memory)", "-", size, into, m_into)]
     for b in sizes:

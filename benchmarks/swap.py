@@ -39,7 +39,6 @@ import ctypes
 import os
 import statistics
 import tempfile
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +48,7 @@ import llama_cpp
 import msgspec
 import numpy as np
 
-from benchmarks import _cli
+from benchmarks import _cli, _timing
 from caches.blocks import DEFAULT_BLOCK_CELLS
 from caches.buffers import STATE_BUFFERS
 from caches.disk.cut import read_body
@@ -83,15 +82,6 @@ def _old_set(eng: Engine, data: bytes) -> None:
     """The previous `state_set`: `from_buffer_copy`, then load."""
     buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
     llama_cpp.llama_state_seq_set_data_ext(eng.ctx, buf, len(data), 0, 0)
-
-
-def _time(fn: Callable[[], object], repeat: int) -> list[float]:
-    out: list[float] = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _row(name: str, nbytes: int, times: list[float], memcpy_s: float | None) -> dict[str, Any]:
@@ -149,23 +139,23 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         src = np.frombuffer(bytes(eng.state_get()), dtype=np.uint8)
         dst = np.empty_like(src)
         copies: list[Any] = []
-        fresh = _time(lambda: copies.append(src.copy()), r)  # kept, as a cache keeps its states
+        fresh = _timing.times_s(lambda: copies.append(src.copy()), r)  # kept, as a cache keeps its states
         copies.clear()
-        into = _time(lambda: np.copyto(dst, src), r)
+        into = _timing.times_s(lambda: np.copyto(dst, src), r)
         m_fresh, m_into = statistics.median(fresh), statistics.median(into)
         rows.append(_row("memcpy (fresh memory)", size, fresh, None))
         rows.append(_row("memcpy (into mapped memory)", size, into, None))
         kept: list[memoryview] = []
-        cold = _time(lambda: kept.append(eng.state_get()), r)  # every state kept: no buffer to reuse
+        cold = _timing.times_s(lambda: kept.append(eng.state_get()), r)  # every state kept: no buffer to reuse
         del kept[:-1]  # a cache at its limit: each save frees a state (the pool hands its memory on)
 
         def save_one() -> None:
             kept.append(eng.state_get())
             kept.pop(0)
 
-        saves = _time(save_one, r)
+        saves = _timing.times_s(save_one, r)
         state = kept[-1]
-        restores = _time(lambda: eng.state_set(state), r)
+        restores = _timing.times_s(lambda: eng.state_set(state), r)
         rows.append(_row("save, fresh memory", size, cold, m_fresh))
         rows.append(_row("save (state_get)", size, saves, m_into))
         rows.append(_row("restore (state_set)", size, restores, m_into))
@@ -173,9 +163,9 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         rows.append(_row("save + restore", 2 * size, both, 2 * m_into))
         kept.clear()
         old_kept: list[bytes] = []
-        old_saves = _time(lambda: old_kept.append(_old_get(eng)), r)
+        old_saves = _timing.times_s(lambda: old_kept.append(_old_get(eng)), r)
         old_state = old_kept[-1]
-        old_restores = _time(lambda: _old_set(eng, old_state), r)
+        old_restores = _timing.times_s(lambda: _old_set(eng, old_state), r)
         rows.append(_row("before: save", size, old_saves, m_fresh))
         rows.append(_row("before: restore", size, old_restores, m_into))
         old_both = [a + b for a, b in zip(old_saves, old_restores, strict=True)]
@@ -186,9 +176,9 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         with DiskTier(directory / "new", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
             keys = [[*tokens, i] for i in range(r)]
             it = iter(keys)
-            writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+            writes = _timing.times_s(lambda: tier.put(next(it), slot_state.parts()), r)
             it = iter(keys)
-            reads = _time(lambda: tier.find(next(it)), r)
+            reads = _timing.times_s(lambda: tier.find(next(it)), r)
             it = iter(keys)
 
             def read_restore() -> None:
@@ -196,7 +186,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
                 assert found is not None
                 eng.state_set(SlotState.decode(found[1]).state)
 
-            read_restores = _time(read_restore, r)
+            read_restores = _timing.times_s(read_restore, r)
             nbytes = tier.stats().bytes // r
         rows.append(_row("disk write", nbytes, writes, m_fresh))
         rows.append(_row("disk read", nbytes, reads, m_fresh))
@@ -208,7 +198,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder(_Legacy)
         with DiskTier(directory / "old", fingerprint="bench", settings=eng.settings_key, limit_bytes=0) as tier:
             it = iter(keys)
-            old_writes = _time(lambda: tier.put(next(it), enc.encode(_Legacy(old_state))), r)
+            old_writes = _timing.times_s(lambda: tier.put(next(it), enc.encode(_Legacy(old_state))), r)
             it = iter(keys)
 
             def old_read_restore() -> None:
@@ -216,7 +206,7 @@ def run(args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
                 assert found is not None
                 _old_set(eng, dec.decode(bytes(found[1])).state)
 
-            old_read_restores = _time(old_read_restore, r)
+            old_read_restores = _timing.times_s(old_read_restore, r)
         rows.append(_row("before: disk write (msgpack)", nbytes, old_writes, m_fresh))
         rows.append(_row("before: disk read + restore", nbytes, old_read_restores, m_fresh + m_into))
         for row in rows:
@@ -243,9 +233,9 @@ def _block_rows(
         fresh = [[50_000 + i, *tokens[1:]] for i in range(r)]  # another first token: every block new
         held = [[50_000, *tokens[1:-1], 60_000 + i] for i in range(r)]  # all full blocks of fresh[0]
         it = iter(fresh)
-        new_writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+        new_writes = _timing.times_s(lambda: tier.put(next(it), slot_state.parts()), r)
         it = iter(held)
-        held_writes = _time(lambda: tier.put(next(it), slot_state.parts()), r)
+        held_writes = _timing.times_s(lambda: tier.put(next(it), slot_state.parts()), r)
         it = iter(held)
         whole = sum(len(p) for p in slot_state.parts())
 
@@ -253,7 +243,7 @@ def _block_rows(
             found = tier.find(next(it))
             assert found is not None and len(found[1]) == whole
 
-        reads = _time(read, r)
+        reads = _timing.times_s(read, r)
         it = iter(held)
 
         def read_restore() -> None:
@@ -261,7 +251,7 @@ def _block_rows(
             assert found is not None
             eng.state_set(SlotState.decode(found[1]).state)
 
-        read_restores = _time(read_restore, r)
+        read_restores = _timing.times_s(read_restore, r)
         st = tier.stats()
         if st.whole_states or st.blocks_shared != r * ((len(tokens) - 1) // block_cells):
             raise RuntimeError(f"the states were not shared as planned: {st}")
@@ -362,7 +352,7 @@ def _read_rows(
         times: list[list[float]] = [[] for _ in ops]
         for _ in range(r):
             for op, out in zip(ops, times, strict=True):
-                out += _time(op, 1)
+                out += _timing.times_s(op, 1)
         if bytes(tb.find(tokens)[1]) != bytes(_before_read(tb, tokens)):  # type: ignore[index]
             raise RuntimeError("the two block reads disagree")
     m = statistics.median(times[0])
