@@ -97,22 +97,30 @@ async def runtime_for(output: str, pause: Pause | None = None) -> AsyncIterator[
         yield rt, backend
 
 
+@asynccontextmanager
+async def streaming_until(rt: Runtime, text: str) -> AsyncIterator[list[Any]]:
+    """Stream session "s"'s "What is 2+3?" with ADD offered into a list, given once the streamed text is `text`
+    (within 30 s, while the generation may still be held); leaving waits for the stream's end."""
+    got: list[Any] = []
+    seen = anyio.Event()
+
+    async def read() -> None:
+        async for item in rt.stream("s", "What is 2+3?", tools=[ADD]):
+            got.append(item)
+            if "".join(p for p in got if isinstance(p, str)) == text:
+                seen.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        with anyio.fail_after(30):
+            await seen.wait()
+        yield got
+
+
 async def test_the_answer_streams_while_it_is_generated_when_tools_are_offered() -> None:
     pause = Pause(after=2)
     async with runtime_for("Two and three make five.", pause) as (rt, backend):
-        got: list[Any] = []
-        async with anyio.create_task_group() as tg:
-            seen = anyio.Event()
-
-            async def read() -> None:
-                async for item in rt.stream("s", "What is 2+3?", tools=[ADD]):
-                    got.append(item)
-                    if "".join(p for p in got if isinstance(p, str)) == "Two and":
-                        seen.set()
-
-            tg.start_soon(read)
-            with anyio.fail_after(30):  # without streaming nothing comes while generation is held
-                await seen.wait()
+        async with streaming_until(rt, "Two and") as got:  # without streaming nothing comes while generation is held
             assert not any(isinstance(p, Reply) for p in got)
             pause.go()
         text, calls, reply = parts(got)
@@ -123,19 +131,7 @@ async def test_the_answer_streams_while_it_is_generated_when_tools_are_offered()
 async def test_a_call_streams_as_pieces_that_add_up_to_the_reply_and_the_session() -> None:
     pause = Pause(after=3)
     async with runtime_for("Let me add. " + CALL, pause) as (rt, _):
-        got: list[Any] = []
-        async with anyio.create_task_group() as tg:
-            seen = anyio.Event()
-
-            async def read() -> None:
-                async for item in rt.stream("s", "What is 2+3?", tools=[ADD]):
-                    got.append(item)
-                    if "".join(p for p in got if isinstance(p, str)) == "Let me add.":
-                        seen.set()
-
-            tg.start_soon(read)
-            with anyio.fail_after(30):  # the text before the call came before the call was generated
-                await seen.wait()
+        async with streaming_until(rt, "Let me add.") as got:  # the text before the call came before the call
             pause.go()
         text, calls, reply = parts(got)
         assert reply.finish_reason == "tool_calls" and text == reply.text == "Let me add."
