@@ -151,18 +151,7 @@ def storage(args: argparse.Namespace, eng: Engine, sizes: list[int]) -> list[dic
 
 
 def _row(name: str, block: int | str, nbytes: int, times: list[float], memcpy_s: float) -> dict[str, Any]:
-    med, best = statistics.median(times), min(times)
-    return {
-        "operation": name,
-        "block_cells": block,
-        "MB": round(nbytes / 1e6, 1),
-        "median_ms": round(1000 * med, 2),
-        "best_ms": round(1000 * best, 2),
-        "GB_s": round(nbytes / med / 1e9, 2),
-        "best_GB_s": round(nbytes / best / 1e9, 2),
-        "x_memcpy": round(med / memcpy_s, 2),
-        "times_ms": [round(1000 * t, 2) for t in times],
-    }
+    return {"operation": name, "block_cells": block, **_timing.throughput(nbytes, times, memcpy_s)}
 
 
 def _speed(

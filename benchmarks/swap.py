@@ -85,17 +85,7 @@ def _old_set(eng: Engine, data: bytes) -> None:
 
 
 def _row(name: str, nbytes: int, times: list[float], memcpy_s: float | None) -> dict[str, Any]:
-    med, best = statistics.median(times), min(times)
-    return {
-        "operation": name,
-        "MB": round(nbytes / 1e6, 1),
-        "median_ms": round(1000 * med, 2),
-        "best_ms": round(1000 * best, 2),
-        "GB_s": round(nbytes / med / 1e9, 2),
-        "best_GB_s": round(nbytes / best / 1e9, 2),
-        "x_memcpy": round(med / memcpy_s, 2) if memcpy_s else 1.0,
-        "times_ms": [round(1000 * t, 2) for t in times],
-    }
+    return {"operation": name, **_timing.throughput(nbytes, times, memcpy_s)}
 
 
 def _fill(eng: Engine, n_tokens: int, *, evaluate: bool = True) -> list[int]:
