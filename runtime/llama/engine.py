@@ -162,6 +162,8 @@ class Engine:
         self.ctx: Any = ctx
         self.n_threads = threads
         self.vocab: Any = llama_cpp.llama_model_get_vocab(model)
+        self._is_eog: dict[int, bool] = {}
+        self._piece_buf = threading.local()
         self.mem: Any = llama_cpp.llama_get_memory(ctx)
         self.n_ctx = int(llama_cpp.llama_n_ctx(ctx))
         self.n_batch = cfg.n_batch
@@ -282,7 +284,12 @@ class Engine:
         return [int(f(v)) for f in [*fns, lib.llama_vocab_fim_rep, lib.llama_vocab_fim_sep]]
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        """Whether `token` ends a generation (memoised per token: the decode loop asks for every one, and a call
+        into llama.cpp right after a decode step costs ~15 us where the dict lookup costs well under one)."""
+        eog = self._is_eog.get(token)
+        if eog is None:
+            eog = self._is_eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return eog
 
     def eog_tokens(self) -> list[int]:
         """Every end-of-generation token of the vocabulary (computed once)."""
@@ -312,7 +319,9 @@ class Engine:
         return piece
 
     def _token_to_piece(self, token: int, special: bool) -> bytes:
-        buf = ctypes.create_string_buffer(64)
+        buf = getattr(self._piece_buf, "buf", None)  # one buffer per thread, reused (a fresh one costs ~20 us)
+        if buf is None:
+            buf = self._piece_buf.buf = ctypes.create_string_buffer(64)
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
@@ -387,8 +396,12 @@ class Engine:
             logits = self._views[addr] = np.frombuffer(self._logits_type.from_address(addr), dtype=np.float32)
         tok = int(logits.argmax())  # the first highest logit (the first NaN if there is one)
         top = logits[tok]
-        if top != top or (tok + 1 < self.n_vocab and logits[tok + 1 :].max() == top):  # NaN, or a tie after it
+        if top != top:  # NaN
             return -1
+        if tok + 1 < self.n_vocab:  # a tie after it: argmax of the rest (cheaper right after a decode than max)
+            rest = logits[tok + 1 :]
+            if rest[int(rest.argmax())] == top:
+                return -1
         return tok
 
     def logits(self) -> np.ndarray[Any, np.dtype[np.float32]]:
