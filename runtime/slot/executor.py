@@ -12,7 +12,7 @@ Synchronous and single-threaded: the scheduler calls `run` from its one worker t
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import structlog
@@ -124,6 +124,7 @@ class Slot:
         self.speculative: Speculative = speculative
         self.ngram = NgramIndex()  # mirrors `tokens` (synced before each decode), so it follows swaps
         self.last = LastToken(engine, on=rules.defer_last_token)
+        self._rate = 0.0  # seconds per token of the last prefill chunk (what an aborted chunk's kept part took)
 
     def stats(self) -> SlotStats:
         c = self.cache.stats()
@@ -252,6 +253,7 @@ class Slot:
         do_ckpt_model = self.max_checkpoints > 0
         offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
         first = len(self.tokens)
+        watch = req.chunks if eng.can_truncate else None  # a chunk may be aborted for a pause (see `_abort_check`)
         while len(self.tokens) < n_prompt:
             start = len(self.tokens)
             if start > first and req.pause is not None and req.pause(start, n_prompt):
@@ -271,13 +273,23 @@ class Slot:
             if do_ckpt_model:
                 self._maybe_checkpoint(req, start, end, n_prompt, start in user_starts, start == last_user)
             batch = list(prompt[start:end])
+            if watch is not None:
+                watch.started(start, n_prompt, len(batch))
+            t_chunk = time.perf_counter()
             try:
                 eng.decode(batch, start, logits_last=end == n_prompt)
             except LlamaDecodeError as e:
+                if watch is not None:
+                    watch.ended(False)
+                if e.code == 2 and watch is not None and not req.cancel():
+                    raise self._chunk_aborted(batch, start, time.perf_counter() - t_chunk) from None
                 self._after_abort(batch, start)
                 if e.code == 2:
                     raise _Cancelled from None
                 raise
+            if watch is not None:
+                watch.ended(True)
+            self._rate = (time.perf_counter() - t_chunk) / len(batch)
             self.tokens.extend(batch)
             if req.on_prefill is not None:
                 req.on_prefill(len(self.tokens), n_prompt)
@@ -325,6 +337,34 @@ class Slot:
         )
         self.checkpoints = [*kept, cp]
         log.debug("checkpoint.create", n_tokens=n_tokens, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
+
+    def _chunk_aborted(self, batch: Sequence[int], start: int, seconds: float) -> _Paused:
+        """A chunk aborted for a pause (a transformer's KV cache only): llama.cpp kept its whole ubatches before
+        the aborted one. They stay when n_batch is a multiple of n_ubatch: the resumed prefill's ubatches then
+        fall where an unpaused prefill's do (the same shapes). Otherwise the chunk goes back to its start. Returns
+        the pause, with the work thrown away (seconds: the time past the kept ubatches, at the last chunk's rate)."""
+        eng = self.engine
+        kept = 0
+        if eng.n_batch % eng.n_ubatch == 0:
+            kept = min(len(batch), max(0, eng.pos_max() + 1 - start))
+        self.tokens.extend(batch[:kept])
+        eng.seq_rm(len(self.tokens), -1)
+        wasted = seconds
+        if kept:
+            wasted = max(0.0, seconds - kept * self._rate) if self._rate else seconds * (len(batch) - kept) / len(batch)
+        log.info("prefill.aborted", start=start, kept=kept, aborted=len(batch) - kept, seconds=round(wasted, 4))
+        return _Paused(len(batch) - kept, wasted)
+
+    def _abort_check(self, req: SlotRequest, decoding: bool) -> Callable[[], bool]:
+        """llama.cpp's abort check during this request's prefill: its cancel check, and for a prefill whose chunks
+        may be aborted for a pause (a transformer's KV cache: the aborted chunk is dropped exactly; recurrent,
+        hybrid and sliding-window memories pause only between chunks), the time its scheduler set. Called after
+        every graph node: a read of two attributes and the clock."""
+        watch = req.chunks
+        if watch is None or decoding or not self.engine.can_truncate:
+            return req.cancel
+        cancel, clock = req.cancel, time.perf_counter
+        return lambda: cancel() or clock() >= watch.at
 
     def _after_abort(self, batch: Sequence[int], start: int) -> None:
         """Make `tokens` equal to memory again after an aborted or failed decode."""
@@ -385,7 +425,7 @@ class Slot:
             self._n.requests += 1
             self._n.prompt_tokens += len(prompt)
             self._n.cached_tokens += n_past
-        eng.set_abort(req.cancel)
+        eng.set_abort(self._abort_check(req, decoding))
         done = Decoded("cancelled", None)  # what a cancel during prefill leaves: nothing generated
         if gen is not None:
             done = Decoded("cancelled", gen.out.t_first, gen.out.tokens, gen.out.probs, gen.stops.text)
@@ -395,7 +435,9 @@ class Slot:
         try:
             try:
                 if len(self.tokens) < len(target):  # a paused generation's state is whole: nothing to evaluate
-                    self._prefill(req if gen is None else replace(req, prompt=target, pause=None, on_prefill=None))
+                    self._prefill(
+                        req if gen is None else replace(req, prompt=target, pause=None, on_prefill=None, chunks=None)
+                    )
             finally:
                 t_prefill = time.perf_counter() - t1
                 self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
@@ -418,10 +460,26 @@ class Slot:
             done = out
         except _Cancelled:
             pass
-        except _Paused:
+        except _Paused as p:
             done_n = len(self.tokens)
-            log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
-            raise PrefillPaused(done_n, len(prompt), n_past, done_n - n_past, t_prefill, source) from None
+            log.info(
+                "prefill.paused",
+                done=done_n,
+                prompt=len(prompt),
+                seconds=round(t_prefill, 4),
+                aborted_tokens=p.tokens,
+                aborted_seconds=round(p.seconds, 4),
+            )
+            raise PrefillPaused(
+                done_n,
+                len(prompt),
+                n_past,
+                done_n - n_past,
+                t_prefill,
+                source,
+                aborted_tokens=p.tokens,
+                aborted_s=p.seconds,
+            ) from None
         except _DecodePause:
             assert gen is not None
             t_decode = time.perf_counter() - t2
@@ -483,7 +541,13 @@ class _Cancelled(Exception):
 
 
 class _Paused(Exception):
-    """Internal: the request's pause check said stop at this chunk boundary."""
+    """Internal: the request's pause check said stop at this chunk boundary (or its chunk watch stopped a chunk:
+    `tokens` evaluated for nothing in `seconds`)."""
+
+    def __init__(self, tokens: int = 0, seconds: float = 0.0) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.seconds = seconds
 
 
 class _DecodePause(Exception):
