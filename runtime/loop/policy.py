@@ -143,7 +143,7 @@ class Aborting(Protocol):
 PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 here, a pause's save+load is ~1/20 of it
 DECODE_QUANTUM_MS = 100.0  # a generation's least time on the slot before it yields (docs/fair-slot.md: measured)
 PREFILL_ABORT_MS = 100.0  # a chunk predicted to end within this is finished, not aborted (docs/fair-slot.md)
-MAX_ABORTS = 2  # times one chunk may be aborted; then it runs to its end (so a prefill always goes on)
+MAX_ABORTS = 4  # times one chunk may be aborted; then it runs to its end (so a prefill always goes on)
 PREFILL_PER_STEP = 32  # prompt tokens evaluated in the time of one decode step (SmolLM2, n_batch 256, measured)
 
 
