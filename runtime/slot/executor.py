@@ -12,7 +12,7 @@ Synchronous and single-threaded: the scheduler calls `run` from its one worker t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 import structlog
@@ -29,6 +29,7 @@ from runtime.cache_rules import CacheRuleSet
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
+from runtime.slot.aborts import abort_check, chunk_aborted
 from runtime.slot.commit import LastToken
 from runtime.slot.decode import Decoded, Generation, budget_for, preserved_tokens
 from runtime.slot.lookup import TurnstileLookup, usable
@@ -253,7 +254,7 @@ class Slot:
         do_ckpt_model = self.max_checkpoints > 0
         offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
         first = len(self.tokens)
-        watch = req.chunks if eng.can_truncate else None  # a chunk may be aborted for a pause (see `_abort_check`)
+        watch = req.chunks if eng.can_truncate else None  # a chunk may be aborted for a pause (`runtime.slot.aborts`)
         while len(self.tokens) < n_prompt:
             start = len(self.tokens)
             if start > first and req.pause is not None and req.pause(start, n_prompt):
@@ -282,7 +283,9 @@ class Slot:
                 if watch is not None:
                     watch.ended(False)
                 if e.code == 2 and watch is not None and not req.cancel():
-                    raise self._chunk_aborted(batch, start, time.perf_counter() - t_chunk) from None
+                    kept, wasted = chunk_aborted(eng, batch, start, time.perf_counter() - t_chunk, self._rate)
+                    self.tokens.extend(batch[:kept])
+                    raise _Paused(len(batch) - kept, wasted) from None
                 self._after_abort(batch, start)
                 if e.code == 2:
                     raise _Cancelled from None
@@ -337,34 +340,6 @@ class Slot:
         )
         self.checkpoints = [*kept, cp]
         log.debug("checkpoint.create", n_tokens=n_tokens, pos_min=pos_min, pos_max=pos_max, nbytes=cp.nbytes)
-
-    def _chunk_aborted(self, batch: Sequence[int], start: int, seconds: float) -> _Paused:
-        """A chunk aborted for a pause (a transformer's KV cache only): llama.cpp kept its whole ubatches before
-        the aborted one. They stay when n_batch is a multiple of n_ubatch: the resumed prefill's ubatches then
-        fall where an unpaused prefill's do (the same shapes). Otherwise the chunk goes back to its start. Returns
-        the pause, with the work thrown away (seconds: the time past the kept ubatches, at the last chunk's rate)."""
-        eng = self.engine
-        kept = 0
-        if eng.n_batch % eng.n_ubatch == 0:
-            kept = min(len(batch), max(0, eng.pos_max() + 1 - start))
-        self.tokens.extend(batch[:kept])
-        eng.seq_rm(len(self.tokens), -1)
-        wasted = seconds
-        if kept:
-            wasted = max(0.0, seconds - kept * self._rate) if self._rate else seconds * (len(batch) - kept) / len(batch)
-        log.info("prefill.aborted", start=start, kept=kept, aborted=len(batch) - kept, seconds=round(wasted, 4))
-        return _Paused(len(batch) - kept, wasted)
-
-    def _abort_check(self, req: SlotRequest, decoding: bool) -> Callable[[], bool]:
-        """llama.cpp's abort check during this request's prefill: its cancel check, and for a prefill whose chunks
-        may be aborted for a pause (a transformer's KV cache: the aborted chunk is dropped exactly; recurrent,
-        hybrid and sliding-window memories pause only between chunks), the time its scheduler set. Called after
-        every graph node: a read of two attributes and the clock."""
-        watch = req.chunks
-        if watch is None or decoding or not self.engine.can_truncate:
-            return req.cancel
-        cancel, clock = req.cancel, time.perf_counter
-        return lambda: cancel() or clock() >= watch.at
 
     def _after_abort(self, batch: Sequence[int], start: int) -> None:
         """Make `tokens` equal to memory again after an aborted or failed decode."""
@@ -425,7 +400,7 @@ class Slot:
             self._n.requests += 1
             self._n.prompt_tokens += len(prompt)
             self._n.cached_tokens += n_past
-        eng.set_abort(self._abort_check(req, decoding))
+        eng.set_abort(abort_check(eng, req, decoding))
         done = Decoded("cancelled", None)  # what a cancel during prefill leaves: nothing generated
         if gen is not None:
             done = Decoded("cancelled", gen.out.t_first, gen.out.tokens, gen.out.probs, gen.stops.text)
