@@ -174,3 +174,17 @@ def test_a_cancel_inside_a_watched_chunk_cancels(arch: str, engines: Callable[[s
     again = slot.run(long_request(eng))
     fresh_eng = engines(arch)
     assert again.tokens == Slot(fresh_eng, cache_ram_bytes=None).run(long_request(fresh_eng)).tokens
+
+
+def test_a_sliding_window_model_with_a_full_cache_is_aborted_exactly(
+    make_engine: Callable[..., Engine], tiny_models: dict[str, Path]
+) -> None:
+    cfg = EngineConfig(n_ctx=2048, n_threads=1, n_ubatch=32, n_batch=64, swa_full=True)  # every cell kept
+    eng = make_engine(tiny_models["gemma3"], cfg)
+    assert eng.can_truncate and eng.n_swa > 0
+    whole = Slot(eng, cache_ram_bytes=0).run(long_request(eng))
+    watch = Watch(at_chunk=2 * CFG.n_batch)  # at the first node of the chunk at 128
+    paused, _, resumed = aborted_then_resumed(make_engine(tiny_models["gemma3"], cfg), watch)
+    assert paused.done == 2 * CFG.n_batch and paused.aborted_tokens == CFG.n_batch
+    assert resumed.tokens == whole.tokens and resumed.cached_tokens == paused.done
+    assert paused.prefilled + resumed.prefilled_tokens == whole.prefilled_tokens
