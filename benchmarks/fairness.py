@@ -9,8 +9,8 @@ long request, then one every `--gap` s (0.5). Systems, each with the same contex
 n_batch chunks (so that its evaluation shapes are an unpaused prefill's); at llama-server's 2,048 a
 3,000-token document has one such boundary, hence 512 here, for every system alike.
 
-- turnstile `fifo` and turnstile `fair` (`--quantum` and `--decode-quantum` ms; default the policy's own),
-  `rt.stream` per turn;
+- turnstile `fifo` and turnstile `fair` (`--quantum`, `--decode-quantum` and `--abort-ms` ms; default the
+  policy's own), `rt.stream` per turn;
 - llama-server `-np 1 --cache-ram 8192` and `-np 4` with 4x the context (`--llama-server BIN`), streamed
   `/v1/chat/completions` from threads.
 
@@ -18,8 +18,10 @@ Each system runs twice on a fresh instance: alone (the long request by itself, t
 after the other, each generating one token: their idle time to first token), and mixed (the workload
 above). Reported: short-turn TTFT p50/p95/max
 (mixed) and their idle p50, the ratio p95 mixed / idle p50, the long request's total time mixed and alone
-and their ratio, total generated tokens per second over the mixed run, and whether the short turns' texts
-equal those of turnstile `fifo` (greedy). Systems run one after the other in the order given (`--systems`).
+and their ratio, its bound on one slot (turnstile: alone + the short turns' slot work + the work of aborted
+chunks, over alone), total generated tokens per second over the mixed run, prefill chunks aborted and the
+seconds they threw away, and whether the short turns' texts equal those of turnstile `fifo` (greedy).
+Systems run one after the other in the order given (`--systems`).
 
     python -m benchmarks fairness [--doc-tokens 3000] [--shorts 8] [--llama-server BIN]
                                   [--systems fifo,server-np1,fair,server-np4] [--quantum MS]
@@ -62,8 +64,11 @@ COLUMNS = [
     "long_total_s",
     "long_alone_s",
     "long_ratio",
+    "long_bound",
     "tokens_s",
     "pauses",
+    "aborts",
+    "aborted_s",
     "texts_equal_fifo",
     "wall_s",
 ]
@@ -105,6 +110,7 @@ class Timed:
     ttft: float = 0.0
     total: float = 0.0
     tokens: int = 0
+    work: float | None = None  # seconds the slot worked on it (cache + prefill + decode; turnstile only)
 
 
 @dataclass
@@ -114,6 +120,9 @@ class Run:
     wall: float = 0.0
     pauses: int = 0
     decode_pauses: int = 0
+    aborts: int = 0  # prefill chunks aborted for a waiting turn
+    aborted_tokens: int = 0
+    aborted_s: float = 0.0  # the work those chunks threw away
 
 
 # --- turnstile ---------------------------------------------------------------------------------------------
@@ -131,7 +140,10 @@ async def _turn(rt: Runtime, sid: str, message: str, max_tokens: int) -> Timed:
             first = time.perf_counter()
     end = time.perf_counter()
     assert reply is not None
-    return Timed(reply.text, (first or end) - t0, end - t0, reply.usage.generated_tokens)
+    t = reply.timings
+    return Timed(
+        reply.text, (first or end) - t0, end - t0, reply.usage.generated_tokens, t.cache + t.prefill + t.decode
+    )
 
 
 async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool) -> Run:
@@ -147,6 +159,7 @@ async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool)
         policy=policy,
         prefill_quantum_ms=args.quantum if policy == "fair" else None,
         decode_quantum_ms=args.decode_quantum if policy == "fair" else None,
+        prefill_abort_ms=args.abort_ms if policy == "fair" else None,
     ) as rt:
         await rt.create_session("long", system=LONG_SYSTEM)
         for i in range(args.shorts):
@@ -171,7 +184,9 @@ async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool)
                 run.shorts[i] = await _turn(rt, f"s{i}", short_turn(i)[1], 1)
         run.wall = time.perf_counter() - t0
         run.pauses = rt.stats().scheduler.pauses
-        run.decode_pauses = rt.stats().scheduler.decode_pauses
+        st = rt.stats().scheduler
+        run.decode_pauses = st.decode_pauses
+        run.aborts, run.aborted_tokens, run.aborted_s = st.prefill_aborts, st.aborted_tokens, st.aborted_seconds
     return run
 
 
@@ -282,6 +297,11 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
     idle_p50 = _rows.percentile(idle, 50)
     p95 = _rows.percentile(ttft, 95)
     generated = mixed.long.tokens + sum(t.tokens for t in mixed.shorts.values())
+    # on one slot the long request ends no earlier than alone + the short turns' work + the work thrown away
+    works = [t.work for t in mixed.shorts.values()]
+    bound = None
+    if alone.long.total and all(x is not None for x in works):
+        bound = round((alone.long.total + sum(x or 0.0 for x in works) + mixed.aborted_s) / alone.long.total, 3)
     same = None
     if fifo is not None:
         same = all(mixed.shorts[i].text == fifo.shorts[i].text for i in mixed.shorts)
@@ -295,9 +315,14 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
         "long_total_s": round(mixed.long.total, 2),
         "long_alone_s": round(alone.long.total, 2),
         "long_ratio": round(mixed.long.total / alone.long.total, 3) if alone.long.total else None,
+        "long_bound": bound,
+        "shorts_work_s": round(sum(x or 0.0 for x in works), 2) if bound is not None else None,
         "tokens_s": round(generated / mixed.wall, 2) if mixed.wall else None,
         "pauses": mixed.pauses,
         "decode_pauses": mixed.decode_pauses,
+        "aborts": mixed.aborts,
+        "aborted_tokens": mixed.aborted_tokens,
+        "aborted_s": round(mixed.aborted_s, 2),
         "texts_equal_fifo": same,
         "wall_s": round(mixed.wall, 2),
         "short_ttft_ms": [round(1000 * mixed.shorts[i].ttft, 1) for i in sorted(mixed.shorts)],
@@ -318,6 +343,9 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--gap", type=float, default=0.5, help="seconds between two short turns' arrivals")
     ap.add_argument("--quantum", type=float, default=None, metavar="MS", help="fair: prefill quantum (policy default)")
     ap.add_argument("--decode-quantum", type=float, default=None, metavar="MS", help="fair: decode quantum (inf: none)")
+    ap.add_argument(
+        "--abort-ms", type=float, default=None, metavar="MS", help="fair: prefill_abort_ms (policy default; inf: never)"
+    )
     ap.add_argument("--n-ctx", type=int, default=8192, help="context per conversation (per slot for -np 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-batch", type=int, default=512, help="n_batch of every system (pause points)")
@@ -365,6 +393,7 @@ def main(argv: list[str]) -> None:
             "gap_s": args.gap,
             "quantum_ms": args.quantum,
             "decode_quantum_ms": args.decode_quantum,
+            "prefill_abort_ms": args.abort_ms,
             "n_ctx": args.n_ctx,
             "threads": args.threads,
             "n_batch": args.n_batch,

@@ -166,6 +166,10 @@ class SchedulerConfig:
     # policy "fair": time a generation holds the slot before it may pause after a token for a waiting turn's first
     # token (None: the policy's default, 100 ms; inf: generations never pause; docs/fair-slot.md)
     decode_quantum_ms: float | None = None
+    # policy "fair": a prefill chunk predicted to end within this many ms is finished when a waiting request
+    # would preempt it, a longer one is aborted at once (None: the policy's default, 100 ms; inf: chunks are never
+    # aborted, the prefill pauses only between chunks; docs/fair-slot.md)
+    prefill_abort_ms: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) and self.policy not in POLICIES:
@@ -176,6 +180,9 @@ class SchedulerConfig:
         d = self.decode_quantum_ms
         if d is not None and (isinstance(d, bool) or not isinstance(d, int | float) or not d >= 0):
             raise InvalidConfig(f"decode_quantum_ms must be None or a number >= 0 (inf: never), not {d!r}")
+        a = self.prefill_abort_ms
+        if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not a >= 0):
+            raise InvalidConfig(f"prefill_abort_ms must be None or a number >= 0 (inf: never), not {a!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
 
@@ -187,6 +194,7 @@ class LoopOptions(TypedDict, total=False):
     max_queued: int
     prefill_quantum_ms: float | None
     decode_quantum_ms: float | None
+    prefill_abort_ms: float | None
     context: ContextPolicy
     reasoning: ReasoningOptions | None  # None: the config's
 

@@ -20,6 +20,9 @@ class Usage(msgspec.Struct, frozen=True):
     dropped_messages: int = 0  # messages of the conversation the prompt left out (context "window")
     draft_n: int = 0  # tokens drafted by n-gram speculation (llama-server's draft_n)
     draft_n_accepted: int = 0  # of those, accepted (each one a decode step saved)
+    # prompt tokens evaluated in prefill chunks aborted for another request (policy "fair"), evaluated again
+    # later: not in `prefilled_tokens`, which counts what the slot kept
+    aborted_tokens: int = 0
 
 
 class Timings(msgspec.Struct, frozen=True):
@@ -33,6 +36,7 @@ class Timings(msgspec.Struct, frozen=True):
     first_token: float | None  # from the start of the run to the first generated token
     total: float  # from the request to its reply
     paused: float = 0.0  # seconds its prefill spent paused for other requests (policy "fair")
+    aborted: float = 0.0  # of `prefill`, seconds of work in chunks aborted for other requests (thrown away)
 
 
 class ToolCallDelta(msgspec.Struct, frozen=True):

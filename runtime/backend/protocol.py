@@ -27,6 +27,7 @@ from sessions import Sampling
 
 __all__ = [
     "Carry",
+    "ChunkWatch",
     "DecodePaused",
     "Embeddings",
     "EngineInfo",
@@ -111,15 +112,50 @@ class SlotRequest:
     # asked after each generated token with the number generated: True stops the generation there (`DecodePaused`)
     pause_decode: Callable[[int], bool] | None = None
     carry: Carry | None = None  # a generation paused in its decode (`DecodePaused.carry`): it goes on from there
+    # a prefill that may also stop inside a chunk: the slot reports each chunk to it and, while the chunk runs,
+    # llama.cpp's abort check stops it from `chunks.at` on (`PrefillPaused.aborted_tokens`); only where the
+    # memory can drop the aborted chunk exactly (a transformer's KV cache), never during a generation
+    chunks: ChunkWatch | None = None
+
+
+class ChunkWatch(Protocol):
+    """A running prefill's chunks as its scheduler sees them (`SlotRequest.chunks`), called on the slot's thread."""
+
+    # perf_counter time from which the running chunk is aborted (inf: never); llama.cpp's abort check reads it
+    # after every graph node, so it is a plain attribute
+    at: float
+
+    def started(self, done: int, total: int, tokens: int) -> None:
+        """A chunk of `tokens` prompt tokens starts now, with `done` of `total` in the slot."""
+        ...
+
+    def ended(self, ok: bool) -> None:
+        """The chunk ended: evaluated (`ok`), or aborted (for a pause or a cancel)."""
+        ...
 
 
 class PrefillPaused(TurnstileError):
-    """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so. The slot holds the
-    prompt's first `done` tokens, a state like any other (the next swap saves it, the lookup rule finds it);
-    the scheduler queues the request again in its place. A signal, not an error: it never reaches a caller."""
+    """The slot stopped a prefill at an n_batch boundary because `SlotRequest.pause` said so (or inside a chunk,
+    from `SlotRequest.chunks.at` on: that chunk's tokens are dropped again, `aborted_tokens` evaluated for
+    nothing in `aborted_s`). The slot holds the prompt's first `done` tokens, a state like any other (the next
+    swap saves it, the lookup rule finds it); the scheduler queues the request again in its place. A signal, not
+    an error: it never reaches a caller."""
 
-    def __init__(self, done: int, total: int, cached: int, prefilled: int, t_prefill: float, source: CacheSource):
+    def __init__(
+        self,
+        done: int,
+        total: int,
+        cached: int,
+        prefilled: int,
+        t_prefill: float,
+        source: CacheSource,
+        *,
+        aborted_tokens: int = 0,
+        aborted_s: float = 0.0,
+    ):
         super().__init__(f"prefill paused at {done} of {total} tokens")
+        self.aborted_tokens = aborted_tokens  # tokens of the aborted chunk whose evaluation was thrown away
+        self.aborted_s = aborted_s  # seconds that work took (part of t_prefill)
         self.done = done  # prompt tokens the slot holds
         self.total = total
         self.cached = cached  # tokens this run found cached

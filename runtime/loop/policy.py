@@ -2,7 +2,8 @@
 
 A policy sees only candidates (the oldest waiting request of each session) and decides synchronously.
 `Fair` also decides, between two n_batch chunks of a running prefill, whether that prefill yields the slot
-(`Preemptive.preempt`); see docs/fair-slot.md.
+(`Preemptive.preempt`), and from when a running chunk is aborted for it (`Aborting.abort_at`); see
+docs/fair-slot.md.
 """
 
 from __future__ import annotations
@@ -75,6 +76,15 @@ class Running:
     decoding: bool = False  # it is generating (asked after a token), not prefilling (asked between chunks)
 
 
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """The running request's prefill chunk as an abort decision sees it (perf_counter seconds)."""
+
+    started: float  # when its evaluation began
+    ends: float  # when it is predicted to end (inf: no rate measured yet)
+    aborts: int = 0  # times this chunk (the same start) was aborted before
+
+
 class Policy(Protocol):
     name: str
 
@@ -120,8 +130,20 @@ class Preemptive(Protocol):
         ...
 
 
+@runtime_checkable
+class Aborting(Protocol):
+    """A policy that may also stop a prefill inside a chunk (through llama.cpp's abort check)."""
+
+    def abort_at(self, running: Running, waiting: Sequence[Candidate], chunk: Chunk, now: float) -> float:
+        """From when (perf_counter seconds) the running chunk should be aborted for one of `waiting`; inf: never
+        (it ends, and the request may pause at its boundary)."""
+        ...
+
+
 PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 here, a pause's save+load is ~1/20 of it
 DECODE_QUANTUM_MS = 100.0  # a generation's least time on the slot before it yields (docs/fair-slot.md: measured)
+PREFILL_ABORT_MS = 100.0  # a chunk predicted to end within this is finished, not aborted (docs/fair-slot.md)
+MAX_ABORTS = 4  # times one chunk may be aborted; then it runs to its end (so a prefill always goes on)
 PREFILL_PER_STEP = 32  # prompt tokens evaluated in the time of one decode step (SmolLM2, n_batch 256, measured)
 
 
@@ -136,6 +158,11 @@ class Fair:
       keep their arrival order; a long one waits for the short ones).
     - preempt a prefill: one that has held the slot for `quantum_ms` yields at the next n_batch boundary when a
       request waits whose predicted cost is below what the running one has left.
+    - abort a chunk (`abort_ms`; None: never): when `preempt` would pause the prefill at the next boundary, or
+      will once the quantum is up, for a request whose cost is below what the running one has left by more
+      than `similar` times, and the running chunk is predicted to go on for more than `abort_ms` after that, the
+      chunk is aborted then (`abort_at`): its work is thrown away and evaluated again on resume. A chunk is
+      aborted at most `max_aborts` times, so every prefill goes on.
     - preempt a generation (`decode_quantum_ms`; None: never): one that has held the slot that long yields after
       its next token when a request waits that has no token yet and would have its first one sooner than the
       running generation its end. So a short turn that arrives during a long generation, or during other
@@ -155,17 +182,23 @@ class Fair:
         max_skips: int = 4,
         similar: float = 2.0,
         decode_quantum_ms: float | None = DECODE_QUANTUM_MS,
+        abort_ms: float | None = PREFILL_ABORT_MS,
+        max_aborts: int = MAX_ABORTS,
     ) -> None:
         if not quantum_ms >= 0:
             raise InvalidConfig(f"prefill_quantum_ms must be >= 0, not {quantum_ms!r}")
         if decode_quantum_ms is not None and not decode_quantum_ms >= 0:
             raise InvalidConfig(f"decode_quantum_ms must be >= 0 or None, not {decode_quantum_ms!r}")
-        if max_skips < 0:
-            raise InvalidConfig("max_skips must be >= 0")
+        if abort_ms is not None and not abort_ms >= 0:
+            raise InvalidConfig(f"prefill_abort_ms must be >= 0 or None, not {abort_ms!r}")
+        if max_skips < 0 or max_aborts < 0:
+            raise InvalidConfig("max_skips and max_aborts must be >= 0")
         if not similar >= 1:
             raise InvalidConfig(f"similar must be >= 1, not {similar!r}")
         self.quantum_ms = float(quantum_ms)
         self.decode_quantum_ms = None if decode_quantum_ms is None else float(decode_quantum_ms)
+        self.abort_ms = None if abort_ms is None or abort_ms == float("inf") else float(abort_ms)
+        self.max_aborts = max_aborts
         self.max_skips = max_skips
         self.similar = similar
 
@@ -200,22 +233,38 @@ class Fair:
         left = running.remaining.total
         return any(cost_of(w) < left for w in others)
 
+    def abort_at(self, running: Running, waiting: Sequence[Candidate], chunk: Chunk, now: float) -> float:
+        never = float("inf")
+        if self.abort_ms is None or chunk.aborts >= self.max_aborts or running.skips >= self.max_skips:
+            return never
+        left = running.remaining.total  # the running chunk's tokens included
+        others = [w for w in waiting if w.session_id != running.session_id]
+        if running.decoding or not any(cost_of(w) * self.similar < left for w in others):
+            return never  # work is thrown away only for a request much cheaper than what this one has left
+        at = now + max(0.0, self.quantum_ms / 1000.0 - running.held_s)  # when `preempt` would say yes
+        return at if chunk.ends - at > self.abort_ms / 1000.0 else never
+
 
 POLICIES: dict[str, Callable[[], Policy]] = {"fifo": Fifo, "affinity": Affinity, "fair": Fair}
 
 
 def make_policy(
-    name: str | Policy, prefill_quantum_ms: float | None = None, decode_quantum_ms: float | None = None
+    name: str | Policy,
+    prefill_quantum_ms: float | None = None,
+    decode_quantum_ms: float | None = None,
+    prefill_abort_ms: float | None = None,
 ) -> Policy:
-    """The policy of that name (`prefill_quantum_ms`, `decode_quantum_ms`: `fair`'s quanta, None: the defaults,
-    a decode quantum of inf: generations never pause; ignored by the others)."""
+    """The policy of that name (`prefill_quantum_ms`, `decode_quantum_ms`: `fair`'s quanta, `prefill_abort_ms`: the
+    least predicted rest of a chunk it aborts; None: the defaults, inf: generations never pause, chunks are never
+    aborted; ignored by the others)."""
     if not isinstance(name, str):
         return name
-    if name == "fair" and (prefill_quantum_ms is not None or decode_quantum_ms is not None):
+    if name == "fair" and (prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms) != (None, None, None):
         d = DECODE_QUANTUM_MS if decode_quantum_ms is None else decode_quantum_ms
         return Fair(
             PREFILL_QUANTUM_MS if prefill_quantum_ms is None else prefill_quantum_ms,
             decode_quantum_ms=None if d == float("inf") else d,
+            abort_ms=PREFILL_ABORT_MS if prefill_abort_ms is None else prefill_abort_ms,
         )
     try:
         return POLICIES[name]()

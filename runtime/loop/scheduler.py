@@ -4,11 +4,12 @@ Requests of one session run in the order they were made, one at a time. The next
 session's namespace, one per API key) is chosen first, by weighted round robin (`runtime.loop.fair`), then
 the policy (`fifo`, `affinity` or `fair`) chooses among that key's sessions. A preemptive policy (`fair`) may
 pause a running prefill at an n_batch boundary: the job goes back to the head of its session's queue,
-keeping its arrival, and runs again later from the state it left (`PrefillPaused`). The worker awaits each
-job's `execute`, which runs slot work in the one worker thread; a job is never abandoned: cancelling a
-caller marks its job cancelled and, if it is running, waits (shielded) until the slot has stopped at the
-next token. When the worker runs out of jobs it awaits its `idle` hook once (the Runtime's: the slot's work
-that could wait until the reply was out).
+keeping its arrival, and runs again later from the state it left (`PrefillPaused`); it may also stop the
+running chunk itself (`runtime.loop.chunks`: llama.cpp's abort check, from a time the policy sets). The
+worker awaits each job's `execute`, which runs slot work in the one worker thread; a job is never
+abandoned: cancelling a caller marks its job cancelled and, if it is running, waits (shielded) until the
+slot has stopped at the next token. When the worker runs out of jobs it awaits its `idle` hook once (the
+Runtime's: the slot's work that could wait until the reply was out).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import msgspec
 from runtime.backend.protocol import DecodePaused, PrefillPaused
 from runtime.errors import QueueFull, RequestTimeout, RuntimeClosed
 from runtime.log import get_logger
+from runtime.loop.chunks import ChunkAbort, SlotRate
 from runtime.loop.fair import KeyShare, namespace_of
-from runtime.loop.policy import Cost, Policy, Preemptive, Running, make_policy
+from runtime.loop.policy import Aborting, Chunk, Cost, Policy, Preemptive, Running, make_policy
 from runtime.types import RequestKind
 
 log = get_logger(__name__)
@@ -64,6 +66,9 @@ class Job(Generic[T]):
     stint: float = 0.0  # when it last (re)started on the slot
     pause_check: Callable[[int, int], bool] | None = None  # the slot asks it between prefill chunks
     decode_check: Callable[[int], bool] | None = None  # the slot asks it after each generated token
+    chunks: ChunkAbort | None = None  # its prefill's chunks, and from when the running one is aborted (fair)
+    aborted_tokens: int = 0  # prompt tokens evaluated in chunks aborted for a pause (evaluated again later)
+    aborted_s: float = 0.0  # seconds that work took
     budget: int = 0  # max_tokens as its cost said it (0: none), kept once its generation paused
     kept: object = None  # what the turn keeps across the runs of a paused generation (its text split so far)
     decoding: bool = False  # paused in its generation (it has its first token): the next run goes on from there
@@ -105,6 +110,9 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     max_skips: int  # the most times one request was passed over by a later one
     pauses: int = 0  # prefills paused at a chunk boundary or generations after a token (the fair policy)
     decode_pauses: int = 0  # of those, generations paused after a token
+    prefill_aborts: int = 0  # of the prefill pauses, those that aborted a running chunk (its work thrown away)
+    aborted_tokens: int = 0  # prompt tokens of those chunks, evaluated again later
+    aborted_seconds: float = 0.0  # the seconds that work took
 
 
 @dataclass
@@ -117,6 +125,9 @@ class _Counters:
     rejected: int = 0
     pauses: int = 0
     decode_pauses: int = 0
+    prefill_aborts: int = 0
+    aborted_tokens: int = 0
+    aborted_seconds: float = 0.0
 
 
 class Scheduler:
@@ -135,11 +146,12 @@ class Scheduler:
         weight: Callable[[str], int] = lambda _key: 1,
         prefill_quantum_ms: float | None = None,
         decode_quantum_ms: float | None = None,
+        prefill_abort_ms: float | None = None,
     ) -> None:
         assert max_queued >= 1, max_queued
         self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
         self._idle_due = False
-        self.policy = make_policy(policy, prefill_quantum_ms, decode_quantum_ms)
+        self.policy = make_policy(policy, prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms)
         self.keys = KeyShare(weight)  # which key (session namespace) runs next; `weight(key)` its share
         self.on_done: list[Callable[[Job[Any]], None]] = []  # called on the loop after each job ran
         self._waiting: tuple[Job[Any], ...] = ()  # heads that could run next (read by the slot thread's pause check)
@@ -156,6 +168,7 @@ class Scheduler:
         self._n = _Counters()
         self._held: dict[str, Job[Any]] = {}  # session -> its job whose commit its caller has not taken yet
         self._submitted = anyio.Event()  # set (and replaced) on each submit: watchers of an idle engine wake
+        self._rate = SlotRate()  # the slot's last prefill chunk, what a request's first chunk is predicted from
 
     # --- callers ------------------------------------------------------------------------------------
 
@@ -256,8 +269,12 @@ class Scheduler:
         return [q[0] for sid, q in self._queues.items() if sid not in self._held]
 
     def _publish(self) -> None:
-        """Refresh the snapshot of runnable heads the pause check reads from the slot's thread."""
+        """Refresh the snapshot of runnable heads the pause check reads from the slot's thread (and ask again
+        whether the running chunk is to be aborted)."""
         self._waiting = tuple(self._heads())
+        running = self._running
+        if running is not None and running.chunks is not None:
+            running.chunks.update()
 
     def _pause_check(self, job: Job[Any]) -> Callable[[int, int], bool] | None:
         """The check the slot calls between prefill chunks (in its thread): the policy's decision over the
@@ -274,6 +291,20 @@ class Scheduler:
             return policy.preempt(running, self._waiting)
 
         return check
+
+    def _chunk_abort(self, job: Job[Any]) -> ChunkAbort | None:
+        """The job's chunk watch (kept across its runs), or None for a policy that never aborts a chunk."""
+        policy = self.policy
+        if not isinstance(policy, Aborting):
+            return None
+
+        def decide(chunk: Chunk, now: float, done: int, total: int) -> float:
+            if job.cancelled:
+                return float("inf")  # the cancel check stops it
+            running = Running(job.session_id, now - job.stint, Cost(total - done, job.cost.generate), job.skips)
+            return policy.abort_at(running, self._waiting, chunk, now)
+
+        return ChunkAbort(decide, self._rate)
 
     def _decode_check(self, job: Job[Any]) -> Callable[[int], bool] | None:
         """The check the slot calls after each generated token (in its thread), or None for a policy that never
@@ -303,6 +334,12 @@ class Scheduler:
             job.cost = Cost(0, max(0, job.budget - paused.generated) if job.budget > 0 else UNBOUNDED)
         else:
             job.cost = Cost(paused.total - paused.done, job.cost.generate)
+            if paused.aborted_tokens:
+                self._n.prefill_aborts += 1
+                self._n.aborted_tokens += paused.aborted_tokens
+                self._n.aborted_seconds += paused.aborted_s
+                job.aborted_tokens += paused.aborted_tokens
+                job.aborted_s += paused.aborted_s
         job.paused_at = time.perf_counter()
         self._queues.setdefault(job.session_id, deque()).appendleft(job)
         self._n_queued += 1
@@ -315,6 +352,8 @@ class Scheduler:
             done=paused.done,
             total=paused.total,
             generated=paused.generated if isinstance(paused, DecodePaused) else 0,
+            aborted_tokens=paused.aborted_tokens,
+            aborted_seconds=round(paused.aborted_s, 4),
             pauses=len(job.pauses),
         )
 
@@ -355,6 +394,8 @@ class Scheduler:
                 if job.paused_at is not None:
                     self._resumed(job)
                 job.pause_check = self._pause_check(job)
+                if job.chunks is None:
+                    job.chunks = self._chunk_abort(job)
                 job.decode_check = self._decode_check(job)
                 try:
                     job.result = await job.execute(job)
@@ -470,4 +511,7 @@ class Scheduler:
             max_skips=self._max_skips,
             pauses=n.pauses,
             decode_pauses=n.decode_pauses,
+            prefill_aborts=n.prefill_aborts,
+            aborted_tokens=n.aborted_tokens,
+            aborted_seconds=n.aborted_seconds,
         )

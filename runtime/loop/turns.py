@@ -264,6 +264,7 @@ class TurnRunner:
                 pause=job.pause_check,
                 resumed=bool(job.pauses),
                 pause_decode=job.decode_check,
+                chunks=job.chunks,
                 carry=job.carry.carry if job.carry is not None else None,
             )
             try:
@@ -340,6 +341,7 @@ class TurnRunner:
                 dropped_messages=r.dropped_messages,
                 draft_n=r.draft_n,
                 draft_n_accepted=r.draft_n_accepted,
+                aborted_tokens=job.aborted_tokens,
             ),
             cache_source=r.cache_source,
             timings=Timings(
@@ -350,6 +352,7 @@ class TurnRunner:
                 first_token=r.t_first_token,
                 total=now - job.submitted,
                 paused=job.paused_s,
+                aborted=job.aborted_s,
             ),
             revision=revision,
             parsed=done.parsed if done is not None else None,

@@ -29,6 +29,7 @@ from runtime.cache_rules import CacheRuleSet
 from runtime.errors import ContextOverflow, InvalidConfig, LlamaDecodeError
 from runtime.llama.engine import Engine
 from runtime.log import get_logger
+from runtime.slot.aborts import abort_check, chunk_aborted
 from runtime.slot.commit import LastToken
 from runtime.slot.decode import Decoded, Generation, budget_for, preserved_tokens
 from runtime.slot.lookup import TurnstileLookup, usable
@@ -124,6 +125,7 @@ class Slot:
         self.speculative: Speculative = speculative
         self.ngram = NgramIndex()  # mirrors `tokens` (synced before each decode), so it follows swaps
         self.last = LastToken(engine, on=rules.defer_last_token)
+        self._rate = 0.0  # seconds per token of the last prefill chunk (what an aborted chunk's kept part took)
 
     def stats(self) -> SlotStats:
         c = self.cache.stats()
@@ -252,6 +254,7 @@ class Slot:
         do_ckpt_model = self.max_checkpoints > 0
         offsets = [min(eng.n_batch, off) for off in (4 + eng.n_ubatch, 4)]
         first = len(self.tokens)
+        watch = req.chunks if eng.can_truncate else None  # a chunk may be aborted for a pause (`runtime.slot.aborts`)
         while len(self.tokens) < n_prompt:
             start = len(self.tokens)
             if start > first and req.pause is not None and req.pause(start, n_prompt):
@@ -271,13 +274,25 @@ class Slot:
             if do_ckpt_model:
                 self._maybe_checkpoint(req, start, end, n_prompt, start in user_starts, start == last_user)
             batch = list(prompt[start:end])
+            if watch is not None:
+                watch.started(start, n_prompt, len(batch))
+            t_chunk = time.perf_counter()
             try:
                 eng.decode(batch, start, logits_last=end == n_prompt)
             except LlamaDecodeError as e:
+                if watch is not None:
+                    watch.ended(False)
+                if e.code == 2 and watch is not None and not req.cancel():
+                    kept, wasted = chunk_aborted(eng, batch, start, time.perf_counter() - t_chunk, self._rate)
+                    self.tokens.extend(batch[:kept])
+                    raise _Paused(len(batch) - kept, wasted) from None
                 self._after_abort(batch, start)
                 if e.code == 2:
                     raise _Cancelled from None
                 raise
+            if watch is not None:
+                watch.ended(True)
+            self._rate = (time.perf_counter() - t_chunk) / len(batch)
             self.tokens.extend(batch)
             if req.on_prefill is not None:
                 req.on_prefill(len(self.tokens), n_prompt)
@@ -385,7 +400,7 @@ class Slot:
             self._n.requests += 1
             self._n.prompt_tokens += len(prompt)
             self._n.cached_tokens += n_past
-        eng.set_abort(req.cancel)
+        eng.set_abort(abort_check(eng, req, decoding))
         done = Decoded("cancelled", None)  # what a cancel during prefill leaves: nothing generated
         if gen is not None:
             done = Decoded("cancelled", gen.out.t_first, gen.out.tokens, gen.out.probs, gen.stops.text)
@@ -395,7 +410,9 @@ class Slot:
         try:
             try:
                 if len(self.tokens) < len(target):  # a paused generation's state is whole: nothing to evaluate
-                    self._prefill(req if gen is None else replace(req, prompt=target, pause=None, on_prefill=None))
+                    self._prefill(
+                        req if gen is None else replace(req, prompt=target, pause=None, on_prefill=None, chunks=None)
+                    )
             finally:
                 t_prefill = time.perf_counter() - t1
                 self._n.prefilled_tokens += max(0, len(self.tokens) - n_past)
@@ -418,10 +435,26 @@ class Slot:
             done = out
         except _Cancelled:
             pass
-        except _Paused:
+        except _Paused as p:
             done_n = len(self.tokens)
-            log.info("prefill.paused", done=done_n, prompt=len(prompt), seconds=round(t_prefill, 4))
-            raise PrefillPaused(done_n, len(prompt), n_past, done_n - n_past, t_prefill, source) from None
+            log.info(
+                "prefill.paused",
+                done=done_n,
+                prompt=len(prompt),
+                seconds=round(t_prefill, 4),
+                aborted_tokens=p.tokens,
+                aborted_seconds=round(p.seconds, 4),
+            )
+            raise PrefillPaused(
+                done_n,
+                len(prompt),
+                n_past,
+                done_n - n_past,
+                t_prefill,
+                source,
+                aborted_tokens=p.tokens,
+                aborted_s=p.seconds,
+            ) from None
         except _DecodePause:
             assert gen is not None
             t_decode = time.perf_counter() - t2
@@ -483,7 +516,13 @@ class _Cancelled(Exception):
 
 
 class _Paused(Exception):
-    """Internal: the request's pause check said stop at this chunk boundary."""
+    """Internal: the request's pause check said stop at this chunk boundary (or its chunk watch stopped a chunk:
+    `tokens` evaluated for nothing in `seconds`)."""
+
+    def __init__(self, tokens: int = 0, seconds: float = 0.0) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.seconds = seconds
 
 
 class _DecodePause(Exception):

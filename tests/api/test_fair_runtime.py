@@ -3,6 +3,7 @@ during its prefill, and every reply equals the same turns run by `fifo` (text, c
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ import anyio.to_thread
 
 from runtime import Reply, Runtime
 from runtime.log import capture_logs
-from runtime.loop.policy import Candidate, Fair, Running
+from runtime.loop.policy import Candidate, Chunk, Fair, Running
 
 OPTS: dict[str, Any] = {"n_ctx": 2048, "n_threads": 1, "cache_ram_mib": 256, "n_batch": 64, "n_ubatch": 32}
 GEN: dict[str, Any] = {"max_tokens": 6, "temperature": 0.0}
@@ -220,3 +221,92 @@ async def test_a_generation_cancelled_while_paused_commits_nothing(tiny_llama: P
     assert long is None and messages == () and len(shorts) == SHORTS
     assert st.scheduler.decode_pauses >= 1 and st.scheduler.cancelled == 1  # (the short turns pause each other too)
     assert st.slot.requests == SHORTS + 1 and st.slot.generated_tokens == SHORTS * GEN["max_tokens"]
+
+
+class GatedAbort(Fair):
+    """`Fair` that pauses a prefill only by aborting a chunk (never at a boundary): its first boundary check waits
+    until the test has queued the short turns; the next chunk is then aborted at its first graph node."""
+
+    def __init__(self) -> None:
+        super().__init__(quantum_ms=0, abort_ms=0)
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def preempt(self, running: Running, waiting: Sequence[Candidate]) -> bool:
+        if not running.decoding and not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(30)
+        return False if not running.decoding else super().preempt(running, waiting)
+
+    def abort_at(self, running: Running, waiting: Sequence[Candidate], chunk: Chunk, now: float) -> float:
+        return super().abort_at(running, waiting, chunk, now) if running.session_id == "long" else math.inf
+
+
+async def play_abort(model: Path, policy: str, cancel: bool = False) -> tuple[Reply | None, list[Reply], Any]:
+    """The long prompt and short turns queued during its prefill: (it, the short ones, stats and its messages)."""
+    async with Runtime.open(model, policy=policy, **OPTS) as rt:
+        gated = GatedAbort()
+        if policy == "fair":
+            rt.scheduler.policy = gated
+        await rt.create_session("long", system="You read documents.")
+        for i in range(SHORTS):
+            await rt.create_session(f"s{i}", system=f"You are agent {i}.")
+        out: dict[str, Reply] = {}
+        shorts: list[Reply | None] = [None] * SHORTS
+        scope = anyio.CancelScope()
+
+        async def long() -> None:
+            with scope:
+                out["long"] = await rt.chat("long", f"Summarize: {DOC}", **GEN)
+
+        async def short(i: int) -> None:
+            shorts[i] = await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long)
+            if policy == "fair":
+                await anyio.to_thread.run_sync(gated.reached.wait, 30)  # the long prefill did one chunk
+            else:
+                while rt.scheduler.running is None:
+                    await anyio.lowlevel.checkpoint()
+            for i in range(SHORTS):
+                tg.start_soon(short, i)
+            while len(rt.scheduler) < SHORTS:
+                await anyio.lowlevel.checkpoint()
+            gated.go.set()
+            if cancel:
+                while rt.stats().scheduler.pauses < 1:
+                    await anyio.lowlevel.checkpoint()
+                scope.cancel()
+        stats = (rt.stats(), (await rt.get_session("long")).messages)
+    return out.get("long"), [r for r in shorts if r is not None], stats
+
+
+async def test_fair_aborts_a_running_chunk_for_short_turns_and_changes_no_reply(tiny_llama: Path) -> None:
+    fifo_long, fifo_shorts, _ = await play_abort(tiny_llama, "fifo")
+    with capture_logs() as logs:
+        fair_long, fair_shorts, (st, _) = await play_abort(tiny_llama, "fair")
+    assert fifo_long is not None and fair_long is not None
+    batch, ubatch = OPTS["n_batch"], OPTS["n_ubatch"]
+    # the second chunk was aborted at its first node (its first ubatch: nothing kept), and evaluated again later
+    assert (st.scheduler.pauses, st.scheduler.prefill_aborts, st.scheduler.aborted_tokens) == (1, 1, batch)
+    assert st.scheduler.aborted_seconds > 0 and batch % ubatch == 0
+    paused = [e for e in logs if e["event"] == "request.paused"]
+    assert [(e["done"], e["aborted_tokens"]) for e in paused] == [(batch, batch)]
+    done = [e["request_id"] for e in logs if e["event"] == "request.done"]
+    assert done.index(fair_long.request_id) == len(done) - 1  # the short turns ran while it was paused
+    # no reply changed, and the long one counts what the slot kept, as if it had never paused
+    assert fair_long.text == fifo_long.text and [r.text for r in fair_shorts] == [r.text for r in fifo_shorts]
+    assert fair_long.usage.cached_tokens == fifo_long.usage.cached_tokens
+    assert fair_long.usage.prefilled_tokens == fifo_long.usage.prefilled_tokens == fifo_long.usage.prompt_tokens
+    assert fair_long.usage.aborted_tokens == batch and fifo_long.usage.aborted_tokens == 0
+    assert 0 < fair_long.timings.aborted <= fair_long.timings.prefill and fifo_long.timings.aborted == 0
+    assert fair_long.timings.paused > 0
+
+
+async def test_a_request_cancelled_after_an_aborted_chunk_commits_nothing(tiny_llama: Path) -> None:
+    long, shorts, (st, messages) = await play_abort(tiny_llama, "fair", cancel=True)
+    assert long is None and messages == () and len(shorts) == SHORTS
+    assert (st.scheduler.pauses, st.scheduler.prefill_aborts, st.scheduler.cancelled) == (1, 1, 1)
+    assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
+    assert st.slot.prefilled_tokens == OPTS["n_batch"] + sum(r.usage.prefilled_tokens for r in shorts)

@@ -224,6 +224,8 @@ async def test_models_health_metrics_and_404(scripted: Scripted) -> None:
             'turnstile_requests_total{outcome="completed"} 1',
             "turnstile_queue_depth 0",
             "turnstile_prefill_pauses_total 0",
+            "turnstile_prefill_aborts_total 0",
+            "turnstile_prefill_aborted_tokens_total 0",
             'turnstile_tokens_total{kind="generated"} 14',
             "# TYPE turnstile_requests_total counter",
         } <= lines, text

@@ -113,6 +113,24 @@ def render(state: ServeState, store: ResponseStore | None = None) -> str:
         [({}, sch.pauses - sch.decode_pauses)],
     )
     out.metric(
+        "prefill_aborts_total",
+        "counter",
+        "prefill pauses that aborted the running chunk, its work thrown away (policy fair)",
+        [({}, sch.prefill_aborts)],
+    )
+    out.metric(
+        "prefill_aborted_tokens_total",
+        "counter",
+        "prompt tokens evaluated in aborted prefill chunks and evaluated again later (policy fair)",
+        [({}, sch.aborted_tokens)],
+    )
+    out.metric(
+        "prefill_aborted_seconds_total",
+        "counter",
+        "seconds of prefill work thrown away in aborted chunks (policy fair)",
+        [({}, round(sch.aborted_seconds, 6))],
+    )
+    out.metric(
         "decode_pauses_total",
         "counter",
         "generations paused after a token for a waiting request's first token (policy fair)",
