@@ -348,10 +348,34 @@ def _sample(pid: int, data_dir: Path) -> dict[str, int]:
     }
 
 
-async def _sampler(pid: int, data_dir: Path, every: float, into: list[dict[str, int]]) -> None:
+# the server's own counters of what it holds in memory, from /metrics (summed over their labels)
+GAUGES = {
+    'turnstile_state_stored_bytes{tier="ram"}': "ram_tier_bytes",
+    "turnstile_stored_response_bytes": "response_bytes",
+    "turnstile_stored_responses": "responses",
+    "turnstile_sessions": "sessions",
+}
+
+
+async def _gauges(c: httpx.AsyncClient, key: str) -> dict[str, int]:
+    try:
+        r = await c.get("/metrics", headers={"Authorization": f"Bearer {key}"})
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, int] = {}
+    for line in r.text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in GAUGES:
+            out[GAUGES[name]] = int(float(value))
+    return out
+
+
+async def _sampler(
+    pid: int, data_dir: Path, every: float, into: list[dict[str, int]], c: httpx.AsyncClient, key: str
+) -> None:
     """Sample the server every `every` seconds while the load runs (the first right away)."""
     while True:
-        into.append(_sample(pid, data_dir) | {"t": round(time.monotonic())})
+        into.append(_sample(pid, data_dir) | await _gauges(c, key) | {"t": round(time.monotonic())})
         await anyio.sleep(every)
 
 
@@ -430,7 +454,7 @@ async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -
         t0 = time.monotonic()
         deadline = t0 + 60 * args.minutes
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_sampler, pid, data_dir, args.sample_every, series)
+            tg.start_soon(_sampler, pid, data_dir, args.sample_every, series, c, keys[0])
             async with anyio.create_task_group() as load:
                 for cl in clients:
                     load.start_soon(soak.run_client, c, cl, deadline, args.fault_rate)
@@ -442,7 +466,7 @@ async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -
         samples["start"] = next((x for x in under if x["t"] >= warm_t), under[0])
         samples["middle"] = min(under, key=lambda x: abs(x["t"] - (t0 + 30 * args.minutes)))
         samples["end"] = under[-1]
-        samples["after"] = _sample(pid, data_dir)
+        samples["after"] = _sample(pid, data_dir) | await _gauges(c, keys[0])
         tally, soak.tally = soak.tally, Tally()  # the replay's requests are not the load's
         lost, checked = await _check_sessions(c, clients)
         crosstalk = _token_check(args, clients)
@@ -473,6 +497,12 @@ async def _run(args: Any, url: str, pid: int, data_dir: Path, keys: list[str]) -
         {
             "what": "threads / SQLite fds: start, middle, end, after",
             "value": "; ".join(f"{samples[n]['threads']} / {samples[n]['db_fds']}" for n in samples),
+        }
+    )
+    rows.append(
+        {
+            "what": "RAM tier MiB / stored responses (MiB) / sessions: start, middle, end, after",
+            "value": "; ".join(_gauges_text(samples[n]) for n in samples),
         }
     )
     rows.append(
@@ -524,6 +554,16 @@ def _token_check(args: Any, clients: list[Client]) -> dict[str, Any]:
         return _crosstalk.check(checker, replies, args.delta)
     finally:
         checker.close()
+
+
+def _gauges_text(s: dict[str, int]) -> str:
+    mib = 1 << 20
+    if "ram_tier_bytes" not in s:
+        return "-"
+    return (
+        f"{s['ram_tier_bytes'] / mib:.1f} / {s.get('responses', 0)} ({s.get('response_bytes', 0) / mib:.1f}) / "
+        f"{s.get('sessions', 0)}"
+    )
 
 
 def _sample_text(s: dict[str, int]) -> str:
