@@ -597,6 +597,13 @@ def main(argv: list[str]) -> None:
     )
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--scripted", action="store_true", help="no model (the server's scripted backend)")
+    ap.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the server (e.g. glibc's MALLOC_MMAP_THRESHOLD_=1048576); repeatable",
+    )
     ap.add_argument("--out", default=None, metavar="DIR", help="where to write soak.json")
     args = ap.parse_args(argv)
     keys = [f"sk-soak-{k}-{os.getpid()}" for k in range(args.keys)]
@@ -622,7 +629,8 @@ def main(argv: list[str]) -> None:
             "--policy",
             "affinity",
         ]
-        with ServeProcess(*server) as srv:
+        env = dict(e.split("=", 1) for e in args.server_env)
+        with ServeProcess(*server, env=env) as srv:
             _cli.progress(f"{args.clients} clients for {args.minutes} min on {srv.url}")
             rows = anyio.run(_run, args, srv.url, srv.pid, data_dir, keys)
     _cli.write(
@@ -635,6 +643,8 @@ def main(argv: list[str]) -> None:
             "max_tokens": args.max_tokens,
             "fault_rate": args.fault_rate,
             "backend": "scripted" if args.scripted else (args.model or "SmolLM2-135M-Instruct"),
+            "server_env": args.server_env,
+            "delta": args.delta,
         },
         out=args.out,
         columns=COLUMNS,
