@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from caches.tokens import lcp
 from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 
@@ -56,6 +58,7 @@ class Checker:
         cfg = EngineConfig(n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads)
         self.engine = Engine(model, cfg)
         self.n_vocab = self.engine.n_vocab
+        self._held: list[int] = []  # the tokens in the context (a prefix of the last prompt + reply)
 
     def close(self) -> None:
         self.engine.close()
@@ -67,19 +70,26 @@ class Checker:
     def tokenize(self, text: str) -> list[int]:
         return self.engine.tokenize(text, add_special=False, parse_special=False)
 
-    def margins(self, prompt: Sequence[int], reply: Sequence[int]) -> list[float]:
+    def margins(self, prompt: Sequence[int], reply: Sequence[int], *, same_conversation: bool = False) -> list[float]:
         """For each reply token: max logit - its logit, with `prompt` + the reply before it in context (0: the
         greedy choice). The prompt is evaluated in n_batch chunks, then its last token and the reply in one
-        batch with logits for every reply position."""
+        batch with logits for every reply position. A fresh context, unless `same_conversation`: the previous
+        call was an earlier turn of the same conversation, whose tokens in common with this prompt are kept
+        (that conversation's own tokens: the check costs its new tokens, not its whole prompt, per turn)."""
         if not prompt or not reply:
             return []
         e = self.engine
-        e.clear()
         head = list(prompt[:-1])
-        for at in range(0, len(head), e.n_batch):
+        keep = min(lcp(self._held, head), len(head)) if same_conversation else 0
+        if keep == 0 or not e.seq_rm(keep):
+            e.clear()
+            keep = 0
+        self._held = []
+        for at in range(keep, len(head), e.n_batch):
             e.decode(head[at : at + e.n_batch], at, logits_last=False)
         tail = [prompt[-1], *reply[:-1]]
         e.decode(tail, len(head), logits_all=True)
+        self._held = head + tail
         out: list[float] = []
         for i, tok in enumerate(reply):
             ptr = llama_cpp.llama_get_logits_ith(e.ctx, i)
@@ -104,24 +114,43 @@ def summary(margins: Sequence[float]) -> dict[str, float]:
     }
 
 
-def check(checker: Checker, replies: Sequence[Reply], delta: float) -> dict[str, Any]:
+def check(
+    checker: Checker,
+    replies: Sequence[Reply],
+    delta: float,
+    *,
+    seconds: float = math.inf,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Every reply's margins; a token with margin > `delta` is cross-talk, its conversation flagged.
 
     Replies with ids from the server and replies whose text had to be tokenized are summed apart (a
     re-tokenized word can be split otherwise than generated, which shows as a margin that is no leak). A
     turn that offered tools is left unchecked: the server constrains such a reply with its tool-call grammar
     (SmolLM2's generic JSON format), so the unconstrained argmax is not what it chose from (the later turns,
-    whose prompts hold that reply, are checked)."""
+    whose prompts hold that reply, are checked). Replies are checked conversation by conversation, turn by
+    turn (each conversation on a fresh context, its own earlier tokens kept between its turns), until
+    `seconds` have passed (the rest counted as not reached)."""
     by_ids: list[float] = []
     by_text: list[float] = []
     flagged: dict[int, dict[str, Any]] = {}
-    unchecked = over = 0
-    for r in replies:
+    unchecked = over = reached = 0
+    previous = None
+    t0 = time.monotonic()
+    for n, r in enumerate(sorted(replies, key=lambda r: (r.conversation, r.turn))):
+        if time.monotonic() - t0 > seconds:
+            break
+        if progress is not None and n % 100 == 0:
+            progress(f"checked {n} of {len(replies)} replies")
+        reached += 1
         if r.tools:
             unchecked += 1
             continue
         tokens = r.tokens if r.tokens is not None else checker.tokenize(r.text)
-        margins = checker.margins(checker.prompt(r.messages, r.tools), tokens)
+        margins = checker.margins(
+            checker.prompt(r.messages, r.tools), tokens, same_conversation=previous == r.conversation
+        )
+        previous = r.conversation
         (by_ids if r.tokens is not None else by_text).extend(margins)
         bad = [i for i, m in enumerate(margins) if m > delta]
         over += len(bad)
@@ -139,7 +168,8 @@ def check(checker: Checker, replies: Sequence[Reply], delta: float) -> dict[str,
             }
     every = by_ids + by_text
     return {
-        "replies checked": len(replies) - unchecked,
+        "replies checked": reached - unchecked,
+        "replies not reached (time bound)": len(replies) - reached,
         "replies unchecked (tools offered: grammar-constrained)": unchecked,
         "tokens checked": len(every),
         "tokens from ids / tokenized text": f"{len(by_ids)} / {len(by_text)}",

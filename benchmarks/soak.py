@@ -551,7 +551,8 @@ def _token_check(args: Any, clients: list[Client]) -> dict[str, Any]:
     _cli.progress(f"checking {len(replies)} replies token by token on a fresh context")
     checker = _crosstalk.Checker(args.model or default_model_path(), threads=args.threads)
     try:
-        return _crosstalk.check(checker, replies, args.delta)
+        bound = 60 * args.check_minutes if args.check_minutes else math.inf
+        return _crosstalk.check(checker, replies, args.delta, seconds=bound, progress=_cli.progress)
     finally:
         checker.close()
 
@@ -594,6 +595,9 @@ def main(argv: list[str]) -> None:
         default=1.0,
         metavar="LOGITS",
         help="cross-talk: a reply token further than this below the highest logit (alone, teacher-forced)",
+    )
+    ap.add_argument(
+        "--check-minutes", type=float, default=0, metavar="M", help="stop the cross-talk check after M (0: none)"
     )
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--scripted", action="store_true", help="no model (the server's scripted backend)")

@@ -80,3 +80,19 @@ def test_tokenized_text_and_tool_turns(checker: Checker, replies: list[Reply]) -
     n = len(checker.tokenize(a.text))
     assert result["tokens from ids / tokenized text"] == f"0 / {n}"
     assert result["conversations flagged"] == 0
+
+
+def test_a_later_turn_keeps_its_own_earlier_tokens(checker: Checker, replies: list[Reply]) -> None:
+    """Turn 2 of a conversation checked after turn 1 (its tokens kept) gives the margins a fresh context gives."""
+    a = replies[0]
+    assert a.tokens is not None
+    later = [*a.messages, {"role": "assistant", "content": a.text}, {"role": "user", "content": "Say it shorter."}]
+    prompt = checker.prompt(later)
+    reply = checker.tokenize(" The sky is blue.")
+    fresh = checker.margins(prompt, reply)
+    checker.margins(checker.prompt(a.messages), a.tokens)
+    kept = checker.margins(prompt, reply, same_conversation=True)
+    assert len(checker._held) == len(prompt) + len(reply) - 1
+    assert max(abs(x - y) for x, y in zip(fresh, kept, strict=True)) < 0.05, (fresh, kept)
+    other = checker.margins(checker.prompt(replies[1].messages), replies[1].tokens or [], same_conversation=True)
+    assert max(other) <= DELTA  # the kept prefix is only ever the common one
