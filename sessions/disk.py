@@ -30,7 +30,7 @@ from runtime.errors import InvalidSessionId, MissingValueFile, StoreUnavailable,
 from runtime.log import get_logger
 from sessions.base import LockedStore
 from sessions.model import Session, check_session_id
-from sessions.raw_disk import RawDisk
+from sessions.raw_disk import SQLITE_SETTINGS, RawDisk
 from sessions.record import encode_record
 
 log = get_logger(__name__)
@@ -62,6 +62,7 @@ class DiskStore(LockedStore):
                 disk_min_file_size=_IN_DATABASE,
                 statistics=False,
                 tag_index=False,
+                **SQLITE_SETTINGS,
             )
             self._count = len(self._cache)
         # diskcache keeps one transaction id per Cache object, so threads of one process take turns

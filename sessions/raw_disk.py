@@ -20,7 +20,19 @@ import diskcache
 
 from runtime.errors import MissingValueFile, UnsafeRecord
 
-__all__ = ["RawDisk"]
+__all__ = ["SQLITE_SETTINGS", "RawDisk"]
+
+# diskcache opens one SQLite connection per thread that touches a cache (a server's anyio worker threads: up to
+# 40), each with its own page cache (diskcache's default: 8,192 pages, 32 MiB) and memory map (64 MiB), so the
+# process's RSS could grow with every worker thread that had touched a store. turnstile's stores keep their
+# index in memory (the disk tier's mirror) or read a few small rows a request (sessions, responses): each
+# connection gets 2 MiB of page cache and no memory map (reads go through the OS page cache). The write-ahead
+# log is truncated to 4 MiB after a checkpoint (SQLite keeps it at its largest size otherwise).
+SQLITE_SETTINGS: dict[str, int] = {
+    "sqlite_cache_size": 512,
+    "sqlite_mmap_size": 0,
+    "sqlite_journal_size_limit": 4 << 20,
+}
 
 _MODE_BINARY, _MODE_TEXT, _MODE_PICKLE = 2, 3, 4  # diskcache.core.MODE_*
 

@@ -30,7 +30,7 @@ from typing import Any
 import diskcache
 
 from runtime.errors import DiskTierUnavailable, UnsafeRecord
-from sessions.raw_disk import RawDisk
+from sessions.raw_disk import SQLITE_SETTINGS, RawDisk
 
 __all__ = [
     "BLK",
@@ -90,7 +90,9 @@ class TierStore:
         self.directory = directory
         self.cache: Any = diskcache.Cache.__new__(diskcache.Cache)
         try:
-            self.cache.__init__(directory, disk=TierDisk, eviction_policy="none", cull_limit=0, statistics=False)
+            self.cache.__init__(
+                directory, disk=TierDisk, eviction_policy="none", cull_limit=0, statistics=False, **SQLITE_SETTINGS
+            )
         except STORE_ERRORS as e:
             with contextlib.suppress(Exception):
                 self.cache.close()  # the connection it opened before failing
