@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +38,36 @@ class GatedFair(Fair):
         return super().preempt(running, waiting)
 
 
-async def play(model: Path, policy: str) -> tuple[Reply, list[Reply], int]:
+@dataclass
+class Played:
+    """What one run of the long prompt and its short turns left: the long reply (None if cancelled), the short
+    ones, the Runtime's stats after them and the long session's messages."""
+
+    long: Reply | None
+    shorts: list[Reply]
+    stats: Any
+    messages: tuple[Any, ...]
+
+
+async def play(
+    model: Path, policy: str, gate: Callable[[], GatedFair | GatedAbort] = GatedFair, cancel: bool = False
+) -> Played:
+    """The long prompt, and short turns queued during its prefill (under `fair` once `gate`'s first check is
+    reached; under `fifo` once it runs); `cancel`: the long request is cancelled once it has paused."""
     async with Runtime.open(model, policy=policy, **OPTS) as rt:
-        gated = GatedFair()
+        gated = gate()
         if policy == "fair":
             rt.scheduler.policy = gated  # before any job: the pause check is made per job from it
         await rt.create_session("long", system="You read documents.")
         for i in range(SHORTS):
             await rt.create_session(f"s{i}", system=f"You are agent {i}.")
-        shorts: list[Reply | None] = [None] * SHORTS
         out: dict[str, Reply] = {}
+        shorts: list[Reply | None] = [None] * SHORTS
+        scope = anyio.CancelScope()
 
         async def long() -> None:
-            out["long"] = await rt.chat("long", f"Summarize: {DOC}", **GEN)
+            with scope:
+                out["long"] = await rt.chat("long", f"Summarize: {DOC}", **GEN)
 
         async def short(i: int) -> None:
             shorts[i] = await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN)
@@ -66,14 +84,22 @@ async def play(model: Path, policy: str) -> tuple[Reply, list[Reply], int]:
             while len(rt.scheduler) < SHORTS:  # all queued behind the running long prompt
                 await anyio.lowlevel.checkpoint()
             gated.go.set()
-        pauses = rt.stats().scheduler.pauses
-    return out["long"], [r for r in shorts if r is not None], pauses
+            if cancel:
+                while rt.stats().scheduler.pauses < 1:  # paused: back in the queue behind the short turns
+                    await anyio.lowlevel.checkpoint()
+                scope.cancel()
+        stats = rt.stats()
+        messages = (await rt.get_session("long")).messages
+    return Played(out.get("long"), [r for r in shorts if r is not None], stats, messages)
 
 
 async def test_fair_pauses_the_long_prefill_for_short_turns_and_changes_no_reply(tiny_llama: Path) -> None:
-    fifo_long, fifo_shorts, fifo_pauses = await play(tiny_llama, "fifo")
+    fifo, fair = await play(tiny_llama, "fifo"), None
     with capture_logs() as logs:
-        fair_long, fair_shorts, fair_pauses = await play(tiny_llama, "fair")
+        fair = await play(tiny_llama, "fair")
+    fifo_long, fifo_shorts, fifo_pauses = fifo.long, fifo.shorts, fifo.stats.scheduler.pauses
+    fair_long, fair_shorts, fair_pauses = fair.long, fair.shorts, fair.stats.scheduler.pauses
+    assert fifo_long is not None and fair_long is not None
     assert fifo_pauses == 0 and fair_pauses >= 1 and len(fair_shorts) == len(fifo_shorts) == SHORTS
     paused = [e for e in logs if e["event"] == "request.paused"]
     resumed = [e for e in logs if e["event"] == "request.resumed"]
@@ -94,38 +120,12 @@ async def test_fair_pauses_the_long_prefill_for_short_turns_and_changes_no_reply
 
 
 async def test_a_request_cancelled_while_paused_commits_nothing(tiny_llama: Path) -> None:
-    async with Runtime.open(tiny_llama, policy="fair", **OPTS) as rt:
-        gated = GatedFair()
-        rt.scheduler.policy = gated
-        await rt.create_session("long", system="You read documents.")
-        for i in range(SHORTS):
-            await rt.create_session(f"s{i}", system=f"You are agent {i}.")
-        shorts: list[Reply] = []
-        scope = anyio.CancelScope()
-
-        async def long() -> None:
-            with scope:
-                await rt.chat("long", f"Summarize: {DOC}", **GEN)
-
-        async def short(i: int) -> None:
-            shorts.append(await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN))
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(long)
-            await anyio.to_thread.run_sync(gated.reached.wait, 30)
-            for i in range(SHORTS):
-                tg.start_soon(short, i)
-            while len(rt.scheduler) < SHORTS:
-                await anyio.lowlevel.checkpoint()
-            gated.go.set()
-            while rt.stats().scheduler.pauses < 1:  # paused: back in the queue behind the short turns
-                await anyio.lowlevel.checkpoint()
-            scope.cancel()
-        st = rt.stats()
-        # completed: the sessions' creation and the short turns
-        assert (st.scheduler.pauses, st.scheduler.cancelled, st.scheduler.completed) == (1, 1, 1 + 2 * SHORTS)
-        assert len(shorts) == SHORTS and (await rt.get_session("long")).messages == ()
-        assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
+    run = await play(tiny_llama, "fair", cancel=True)
+    st = run.stats
+    # completed: the sessions' creation and the short turns
+    assert (st.scheduler.pauses, st.scheduler.cancelled, st.scheduler.completed) == (1, 1, 1 + 2 * SHORTS)
+    assert run.long is None and len(run.shorts) == SHORTS and run.messages == ()
+    assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
 
 
 LONG_REPLY: dict[str, Any] = {"max_tokens": 24, "temperature": 0.0, "ignore_eos": True}
@@ -242,50 +242,11 @@ class GatedAbort(Fair):
         return super().abort_at(running, waiting, chunk, now) if running.session_id == "long" else math.inf
 
 
-async def play_abort(model: Path, policy: str, cancel: bool = False) -> tuple[Reply | None, list[Reply], Any]:
-    """The long prompt and short turns queued during its prefill: (it, the short ones, stats and its messages)."""
-    async with Runtime.open(model, policy=policy, **OPTS) as rt:
-        gated = GatedAbort()
-        if policy == "fair":
-            rt.scheduler.policy = gated
-        await rt.create_session("long", system="You read documents.")
-        for i in range(SHORTS):
-            await rt.create_session(f"s{i}", system=f"You are agent {i}.")
-        out: dict[str, Reply] = {}
-        shorts: list[Reply | None] = [None] * SHORTS
-        scope = anyio.CancelScope()
-
-        async def long() -> None:
-            with scope:
-                out["long"] = await rt.chat("long", f"Summarize: {DOC}", **GEN)
-
-        async def short(i: int) -> None:
-            shorts[i] = await rt.chat(f"s{i}", f"hello {i}, tell me about the moon", **GEN)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(long)
-            if policy == "fair":
-                await anyio.to_thread.run_sync(gated.reached.wait, 30)  # the long prefill did one chunk
-            else:
-                while rt.scheduler.running is None:
-                    await anyio.lowlevel.checkpoint()
-            for i in range(SHORTS):
-                tg.start_soon(short, i)
-            while len(rt.scheduler) < SHORTS:
-                await anyio.lowlevel.checkpoint()
-            gated.go.set()
-            if cancel:
-                while rt.stats().scheduler.pauses < 1:
-                    await anyio.lowlevel.checkpoint()
-                scope.cancel()
-        stats = (rt.stats(), (await rt.get_session("long")).messages)
-    return out.get("long"), [r for r in shorts if r is not None], stats
-
-
 async def test_fair_aborts_a_running_chunk_for_short_turns_and_changes_no_reply(tiny_llama: Path) -> None:
-    fifo_long, fifo_shorts, _ = await play_abort(tiny_llama, "fifo")
+    fifo = await play(tiny_llama, "fifo", GatedAbort)
     with capture_logs() as logs:
-        fair_long, fair_shorts, (st, _) = await play_abort(tiny_llama, "fair")
+        fair = await play(tiny_llama, "fair", GatedAbort)
+    fifo_long, fifo_shorts, fair_long, fair_shorts, st = fifo.long, fifo.shorts, fair.long, fair.shorts, fair.stats
     assert fifo_long is not None and fair_long is not None
     batch, ubatch = OPTS["n_batch"], OPTS["n_ubatch"]
     # the second chunk was aborted at its first node (its first ubatch: nothing kept), and evaluated again later
@@ -305,7 +266,8 @@ async def test_fair_aborts_a_running_chunk_for_short_turns_and_changes_no_reply(
 
 
 async def test_a_request_cancelled_after_an_aborted_chunk_commits_nothing(tiny_llama: Path) -> None:
-    long, shorts, (st, messages) = await play_abort(tiny_llama, "fair", cancel=True)
+    run = await play(tiny_llama, "fair", GatedAbort, cancel=True)
+    long, shorts, st, messages = run.long, run.shorts, run.stats, run.messages
     assert long is None and messages == () and len(shorts) == SHORTS
     assert (st.scheduler.pauses, st.scheduler.prefill_aborts, st.scheduler.cancelled) == (1, 1, 1)
     assert st.slot.requests == SHORTS + 1  # the paused run counted once, never resumed
