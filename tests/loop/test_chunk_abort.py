@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import anyio
 import pytest
@@ -17,22 +16,11 @@ from runtime.config import RuntimeConfig
 from runtime.errors import InvalidConfig
 from runtime.log import capture_logs
 from runtime.loop.chunks import ChunkAbort, SlotRate
-from runtime.loop.policy import MAX_ABORTS, PREFILL_ABORT_MS, Chunk, Cost, Fair, Running, make_policy
+from runtime.loop.policy import MAX_ABORTS, PREFILL_ABORT_MS, Chunk, Cost, Fair, make_policy
 from runtime.loop.scheduler import Job, Scheduler
+from tests.support.policy_cases import C, running
 
 INF = math.inf
-
-
-@dataclass
-class C:
-    session_id: str
-    arrival: int
-    skips: int = 0
-    cost: Cost = field(default_factory=Cost)
-
-
-def running(held_s: float, left: int, skips: int = 0, sid: str = "long") -> Running:
-    return Running(sid, held_s, Cost(left, 0), skips)
 
 
 SHORT = [C("s", 5, cost=Cost(100, 48))]

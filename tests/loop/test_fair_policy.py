@@ -7,7 +7,7 @@ does from its thread) and raises `PrefillPaused` when told to, resuming from whe
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 import pytest
@@ -20,18 +20,7 @@ from runtime.loop.policy import PREFILL_QUANTUM_MS, Cost, Fair, Running, make_po
 from runtime.loop.scheduler import Job, Scheduler
 from runtime.loop.turn_kinds import Chat
 from runtime.loop.turns import predicted_cost
-
-
-@dataclass
-class C:
-    session_id: str
-    arrival: int
-    skips: int = 0
-    cost: Cost = field(default_factory=Cost)
-
-
-def running(held_s: float, left: int, skips: int = 0, sid: str = "long") -> Running:
-    return Running(sid, held_s, Cost(left, 0), skips)
+from tests.support.policy_cases import C, running
 
 
 def test_fair_picks_the_cheapest_then_the_oldest_and_bounds_skips() -> None:
