@@ -177,12 +177,10 @@ class SchedulerConfig:
         q = self.prefill_quantum_ms
         if q is not None and (isinstance(q, bool) or not isinstance(q, int | float) or not 0 <= q < float("inf")):
             raise InvalidConfig(f"prefill_quantum_ms must be None or a number >= 0, not {q!r}")
-        d = self.decode_quantum_ms
-        if d is not None and (isinstance(d, bool) or not isinstance(d, int | float) or not d >= 0):
-            raise InvalidConfig(f"decode_quantum_ms must be None or a number >= 0 (inf: never), not {d!r}")
-        a = self.prefill_abort_ms
-        if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not a >= 0):
-            raise InvalidConfig(f"prefill_abort_ms must be None or a number >= 0 (inf: never), not {a!r}")
+        for name in ("decode_quantum_ms", "prefill_abort_ms"):  # inf allowed: never
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0):
+                raise InvalidConfig(f"{name} must be None or a number >= 0 (inf: never), not {v!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
 

@@ -286,9 +286,7 @@ class Scheduler:
         def check(done: int, total: int) -> bool:
             if job.cancelled:
                 return False
-            held = time.perf_counter() - job.stint
-            running = Running(job.session_id, held, Cost(total - done, job.cost.generate), job.skips)
-            return policy.preempt(running, self._waiting)
+            return policy.preempt(_prefilling(job, done, total, time.perf_counter()), self._waiting)
 
         return check
 
@@ -301,8 +299,7 @@ class Scheduler:
         def decide(chunk: Chunk, now: float, done: int, total: int) -> float:
             if job.cancelled:
                 return float("inf")  # the cancel check stops it
-            running = Running(job.session_id, now - job.stint, Cost(total - done, job.cost.generate), job.skips)
-            return policy.abort_at(running, self._waiting, chunk, now)
+            return policy.abort_at(_prefilling(job, done, total, now), self._waiting, chunk, now)
 
         return ChunkAbort(decide, self._rate)
 
@@ -515,3 +512,8 @@ class Scheduler:
             aborted_tokens=n.aborted_tokens,
             aborted_seconds=n.aborted_seconds,
         )
+
+
+def _prefilling(job: Job[Any], done: int, total: int, now: float) -> Running:
+    """A job in its prefill, `done` of `total` prompt tokens in the slot, as a policy sees it at `now`."""
+    return Running(job.session_id, now - job.stint, Cost(total - done, job.cost.generate), job.skips)
