@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from runtime.errors import InvalidConfig
 from runtime.types import CACHE_RULES, CacheRules
 
-__all__ = ["LLAMA_SERVER", "TURNSTILE", "CacheRuleSet"]
+__all__ = ["LLAMA_SERVER", "MIN_SHARED_PREFIX", "TURNSTILE", "CacheRuleSet"]
+
+MIN_SHARED_PREFIX = 32
+"""turnstile's `min_shared_prefix`: longer than the chat-template tokens unrelated conversations share (SmolLM2's
+default system prompt and header: 24), shorter than a system prompt worth sharing. Reusing fewer saves a few ms of
+one prefill batch and makes a reply depend on which conversation the slot held before it (docs/cache.md)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,9 @@ class CacheRuleSet:
     count_shared_bytes: bool  # with shared blocks, the RAM cache's limits count what its entries hold together
     speculation: bool  # n-gram speculative decoding may run (llama-server's rules keep it off)
     replay: bool  # a resent reply is given to the model as the tokens generated for it (runtime/loop/replay.py)
+    # a prefix shared with a state the prompt does not continue whole (another conversation's) is reused only when
+    # it is at least this long (slot/executor.py, slot/lookup.py); 0: any length, as llama-server
+    min_shared_prefix: int = 0
 
     @staticmethod
     def named(rules: CacheRules | CacheRuleSet) -> CacheRuleSet:
@@ -43,7 +51,7 @@ class CacheRuleSet:
 
 def _built(name: CacheRules) -> CacheRuleSet:
     on = name == "turnstile"  # every behaviour is turnstile's own: llama-server's rules have none of them
-    return CacheRuleSet(name, on, on, on, on, on, on, on)
+    return CacheRuleSet(name, on, on, on, on, on, on, on, MIN_SHARED_PREFIX if on else 0)
 
 
 TURNSTILE = _built("turnstile")

@@ -108,7 +108,11 @@ class Slot:
             else None
         )
         self.max_checkpoints = max_checkpoints if engine.needs_checkpoints else 0
-        self.lookup = TurnstileLookup(can_truncate=not self.max_checkpoints) if rules.longest_state else None
+        self.lookup = (
+            TurnstileLookup(can_truncate=not self.max_checkpoints, min_shared=rules.min_shared_prefix)
+            if rules.longest_state
+            else None
+        )
         self.cache = TieredCache(
             ram,
             disk,
@@ -173,7 +177,8 @@ class Slot:
         `caches.tiered`)."""
         kept = None
         if self.lookup is not None:
-            kept = usable(lcp(self.tokens, prompt), len(self.tokens), self.checkpoints, not self.max_checkpoints)
+            n_lcp, n_held = lcp(self.tokens, prompt), len(self.tokens)
+            kept = usable(n_lcp, n_held, self.checkpoints, not self.max_checkpoints, self.rules.min_shared_prefix)
         plan = self.cache.plan(self.tokens, prompt, self._state_nbytes() if self.tokens else 0, slot_kept=kept)
         state = None
         if plan.save is not None and plan.save.needs_state:
@@ -218,9 +223,16 @@ class Slot:
         the one the unpaused prefill had at that chunk boundary, so it continues from there as that prefill
         would, where llama-server's rule would roll a sliding-window memory back to a checkpoint. `decoding`: a paused
         generation run again (`prompt` is what its memory held): when the slot holds all of it, nothing is evaluated
-        again (its next token is pending, not in memory)."""
+        again (its next token is pending, not in memory).
+
+        A state the prompt does not continue whole (another conversation's) is kept only when what it keeps is at
+        least the rules' `min_shared_prefix` tokens (as `lookup.usable` counts it); else the prompt starts afresh."""
         eng = self.engine
         n_past = lcp(self.tokens, prompt)
+        other = n_past < len(self.tokens)  # the prompt does not continue the slot's state whole
+        least = self.rules.min_shared_prefix if other else 0
+        if n_past < least:
+            n_past = 0
         pos_next = n_past
         restored = False
         whole = resumed and 0 < n_past == len(self.tokens) and (n_past < len(prompt) or decoding)
@@ -229,9 +241,11 @@ class Slot:
             thold = max(0, pos_next - eng.n_swa - (0 if has_new else 1))
             if eng.pos_min() >= thold:
                 cp = find_restore(self.checkpoints, pos_next, thold)
+                if cp is not None and _restores_to(cp, pos_next) < least:
+                    cp = None  # it would keep too few of another conversation's tokens: start afresh
                 if cp is not None and eng.state_set(cp.data, partial=True):
                     pos_next = min(pos_next, max(cp.pos_min + 1, cp.pos_max))
-                    n_past = min(pos_next, cp.n_tokens)
+                    n_past = _restores_to(cp, pos_next)
                     restored = True
                     self._n.checkpoint_restores += 1
                     log.info("checkpoint.restore", n_tokens=cp.n_tokens, pos_min=cp.pos_min, pos_max=cp.pos_max)
@@ -509,6 +523,11 @@ class Slot:
             return None
         self.ngram.sync(self.tokens)
         return Drafter(self.ngram, ends=self.engine.is_eog)
+
+
+def _restores_to(cp: Checkpoint, pos_next: int) -> int:
+    """Tokens a rollback to `pos_next` keeps when it restores checkpoint `cp` (llama-server's arithmetic)."""
+    return min(pos_next, max(cp.pos_min + 1, cp.pos_max), cp.n_tokens)
 
 
 class _Cancelled(Exception):

@@ -22,6 +22,10 @@ model prefill per token grows faster than KV bytes per token (an 8B model holds 
 but prefills ~50x slower), so these constants, if anything, underrate a load elsewhere: the rule then skips
 only loads that would gain a handful of tokens. `LoadCost` takes other figures.
 
+A state the prompt does not continue whole (another conversation's) counts only when what it keeps is at least
+`min_shared_prefix` tokens (`runtime.cache_rules`; 32 under turnstile's rules, 0 under llama-server's): a few shared
+chat-template tokens are not worth a load, nor the reply's dependence on which conversation ran before it.
+
 Pure and synchronous: `choose` and `usable` are functions of their inputs (tested without a model).
 """
 
@@ -65,16 +69,21 @@ class LoadCost:
 MEASURED = LoadCost()
 
 
-def usable(n_lcp: int, n_tokens: int, checkpoints: Sequence[Checkpoint], can_truncate: bool) -> int:
+def usable(
+    n_lcp: int, n_tokens: int, checkpoints: Sequence[Checkpoint], can_truncate: bool, min_shared: int = 0
+) -> int:
     """Tokens of a state (of `n_tokens`, sharing `n_lcp` with the prompt) that prefix reuse can keep.
 
     A transformer KV cache drops any suffix; a memory that cannot (recurrent, hybrid, SWA) keeps all of
     itself only if the prompt continues it whole, otherwise at most its newest checkpoint at or below the
     common prefix (an estimate: the slot's `find_restore` also checks positions), else nothing.
+    `min_shared` (turnstile's `min_shared_prefix`): a state the prompt does not continue whole (another
+    conversation's) gives nothing unless what it keeps is at least that long.
     """
-    if can_truncate or n_lcp >= n_tokens:
+    if n_lcp >= n_tokens:
         return n_lcp
-    return max((c.n_tokens for c in checkpoints if c.n_tokens <= n_lcp), default=0)
+    kept = n_lcp if can_truncate else max((c.n_tokens for c in checkpoints if c.n_tokens <= n_lcp), default=0)
+    return kept if kept >= min_shared else 0
 
 
 def choose(slot_kept: int, n_prompt: int, candidates: Sequence[Candidate], cost: LoadCost) -> Candidate | None:
@@ -101,14 +110,16 @@ def choose(slot_kept: int, n_prompt: int, candidates: Sequence[Candidate], cost:
 class TurnstileLookup:
     """The rule as `caches.tiered.LookupRule` for one slot's memory (`can_truncate`: a transformer KV cache)."""
 
-    def __init__(self, cost: LoadCost = MEASURED, *, can_truncate: bool = True) -> None:
+    def __init__(self, cost: LoadCost = MEASURED, *, can_truncate: bool = True, min_shared: int = 0) -> None:
+        """`min_shared`: the rules' `min_shared_prefix` (`usable`)."""
         self.cost = cost
         self.can_truncate = can_truncate
+        self.min_shared = min_shared
 
     def kept(self, tokens: tuple[int, ...], state: AnyState | None, n_lcp: int) -> int:
         # a state on disk is not read to decide: its checkpoints are taken to cover what it shares
         checkpoints = state.checkpoints if state is not None else ()
-        return usable(n_lcp, len(tokens), checkpoints, self.can_truncate or state is None)
+        return usable(n_lcp, len(tokens), checkpoints, self.can_truncate or state is None, self.min_shared)
 
     def choose(self, slot_kept: int, n_prompt: int, candidates: Sequence[Candidate]) -> Candidate | None:
         return choose(slot_kept, n_prompt, candidates, self.cost)
