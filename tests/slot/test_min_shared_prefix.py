@@ -24,7 +24,7 @@ from runtime.config import EngineConfig
 from runtime.llama.engine import Engine
 from runtime.slot.executor import Slot
 from runtime.slot.lookup import TurnstileLookup, usable
-from runtime.slot.shared import StateCodec
+from runtime.slot.shared import AnyState, StateCodec
 from runtime.slot.state import Checkpoint, SlotState
 from runtime.types import CacheRules
 from sessions import Sampling
@@ -72,8 +72,8 @@ def disk(tmp_path: Path) -> Iterator[DiskTier]:
 
 @pytest.mark.parametrize("least", [0, 32])
 def test_a_ram_entry_sharing_a_few_tokens_is_not_loaded(least: int) -> None:
-    ram: PromptCache[SlotState] = PromptCache(0, 0)
-    cache = TieredCache(ram, None, StateCodec(None), lookup=TurnstileLookup(min_shared=least))
+    ram: PromptCache[AnyState] = PromptCache(0, 0)
+    cache: TieredCache[AnyState] = TieredCache(ram, None, StateCodec(None), lookup=TurnstileLookup(min_shared=least))
     ram.save(FEW, len(FEW), lambda: _state(FEW))
     plan = cache.plan((), PROMPT, 0)
     if least:
