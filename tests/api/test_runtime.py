@@ -125,11 +125,14 @@ async def test_bad_input_is_refused_before_queueing(tiny_llama: Path) -> None:
         assert rt.stats().scheduler.submitted == 1  # only the regenerate reached the queue
         assert await rt.list_sessions() == []
         # a prompt longer than the context: typed error, the session and the slot unchanged
-        ok = await rt.chat("ok", "hi", **GEN)
+        # a first message long enough that the next turn keeps over `min_shared_prefix` (32) tokens of the slot even
+        # where the tiny model's reply renders as other tokens than it generated (then the slot's state is another's)
+        first = "hi, tell me about the sea and the ships in the harbour"
+        ok = await rt.chat("ok", first, **GEN)
         slot_tokens = list(rt.backend.slot.tokens)
         with pytest.raises(ContextOverflow):
             await rt.chat("ok", "the sea " * 3000, **GEN)
-        assert [m.content for m in (await rt.get_session("ok")).messages] == ["hi", ok.text]
+        assert [m.content for m in (await rt.get_session("ok")).messages] == [first, ok.text]
         assert rt.backend.slot.tokens == slot_tokens
         assert (await rt.chat("ok", "again", **GEN)).usage.cached_tokens > 0
 
