@@ -119,8 +119,10 @@ def test_demo_on_smollm2(smollm2_path: Path) -> None:
         assert row["source"] == "ram"  # another agent had the slot in between
 
 
+# main's first message is long enough that /regen's prompt keeps over `min_shared_prefix` (32) tokens of its saved
+# state (the state went on to the reply, so the prompt leaves it and a shorter one would be prefilled again)
 CHAT_SCRIPT = """\
-hello there
+hello there, tell me about the sea and the ships in the harbour
 /new pirate You are a pirate.
 ahoy
 /list

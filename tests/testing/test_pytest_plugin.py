@@ -24,6 +24,14 @@ SUMMARY = re.compile(
     r"cassettes (\d+) hits / (\d+) misses / (\d+) recorded"
 )
 FIELDS = ("turns", "prompt", "cached", "prefilled", "loads", "hits", "misses", "recorded")
+# a second run prefills again the cancelling tests' "Hello?" turns whole: 4 prompts of 24 tokens, each cached only in
+# a state that went on to its reply, so they share under turnstile's `min_shared_prefix` (32) with it
+AGAIN = 4 * 24
+
+
+def served_from_disk(first: dict[str, int], second: dict[str, int]) -> bool:
+    """Whether the second run prefilled next to nothing beyond the "Hello?" turns (`AGAIN`)."""
+    return AGAIN <= second["prefilled"] <= AGAIN + 0.05 * first["prefilled"]
 
 
 def run(pytester: pytest.Pytester, *args: str, subprocess: bool = False) -> pytest.RunResult:
@@ -68,7 +76,7 @@ def test_suite_records_caches_and_replays(pytester: pytest.Pytester, tiny_llama:
     n2 = summary(second.outlines)
     assert n2["loads"] == 1 and n2["recorded"] == 36
     assert n2["prompt"] == n1["prompt"]
-    assert n2["prefilled"] <= 0.05 * n1["prefilled"], (n1, n2)
+    assert served_from_disk(n1, n2), (n1, n2)
     assert replies(tmp_path / "r2") == replies(tmp_path / "r1")
     assert cassettes(root) == recorded  # stable files: the same bytes when recorded again
 
@@ -116,7 +124,7 @@ def test_xdist_workers_share_the_cache(pytester: pytest.Pytester, tiny_llama: Pa
     first, second = runs
     assert first["loads"] == second["loads"] == 2  # each worker loads the model once
     assert second["prompt"] == first["prompt"]
-    assert second["prefilled"] <= 0.05 * first["prefilled"], runs
+    assert served_from_disk(first, second), runs
 
 
 SCRIPTED = """
