@@ -46,6 +46,7 @@ from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
+from runtime.loop.policy import Fair
 from tests.support.llama_server import LlamaServer
 
 SYSTEMS = ("fifo", "server-np1", "fair", "fair-defer", "server-np4")
@@ -167,6 +168,10 @@ async def _turnstile(model: Path, system: str, doc: str, args: Any, mixed: bool)
         prefill_abort_ms=args.abort_ms if policy == "fair" else None,
         defer_replies=system == "fair-defer",
     ) as rt:
+        if policy == "fair" and args.max_aborts is not None:
+            fair = rt.scheduler.policy
+            assert isinstance(fair, Fair)
+            fair.max_aborts = args.max_aborts  # before any job: the policy's option, not the config's
         await rt.create_session("long", system=LONG_SYSTEM)
         for i in range(args.shorts):
             await rt.create_session(f"s{i}", system=short_turn(i)[0])
@@ -355,6 +360,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument(
         "--abort-ms", type=float, default=None, metavar="MS", help="fair: prefill_abort_ms (policy default; inf: never)"
     )
+    ap.add_argument("--max-aborts", type=int, default=None, metavar="N", help="fair: times one chunk may be aborted")
     ap.add_argument("--n-ctx", type=int, default=8192, help="context per conversation (per slot for -np 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-batch", type=int, default=512, help="n_batch of every system (pause points)")
@@ -403,6 +409,7 @@ def main(argv: list[str]) -> None:
             "quantum_ms": args.quantum,
             "decode_quantum_ms": args.decode_quantum,
             "prefill_abort_ms": args.abort_ms,
+            "max_aborts": args.max_aborts,
             "n_ctx": args.n_ctx,
             "threads": args.threads,
             "n_batch": args.n_batch,

@@ -149,6 +149,9 @@ PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 her
 DECODE_QUANTUM_MS = 100.0  # a generation's least time on the slot before it yields (docs/fair-slot.md: measured)
 PREFILL_ABORT_MS = 100.0  # a chunk predicted to end within this is finished, not aborted (docs/fair-slot.md)
 MAX_ABORTS = 4  # times one chunk may be aborted; then it runs to its end (so a prefill always goes on)
+# with `defer_replies` the prompt resumes between two first tokens, not after their replies, so one chunk meets
+# every turn of a burst: 8 keeps a burst of 8 first tokens within a quantum (docs/fair-slot.md: measured)
+MAX_ABORTS_DEFERRING = 8
 PREFILL_PER_STEP = 32  # prompt tokens evaluated in the time of one decode step (SmolLM2, n_batch 256, measured)
 
 
@@ -167,7 +170,7 @@ class Fair:
       will once the quantum is up, for a request whose cost is below what the running one has left by more
       than `similar` times, and the running chunk is predicted to go on for more than `abort_ms` after that, the
       chunk is aborted then (`abort_at`): its work is thrown away and evaluated again on resume. A chunk is
-      aborted at most `max_aborts` times, so every prefill goes on.
+      aborted at most `max_aborts` times (default 4, 8 with `defer_replies`), so every prefill goes on.
     - preempt a generation (`decode_quantum_ms`; None: never): one that has held the slot that long yields after
       its next token when a request waits that has no token yet and would have its first one sooner than the
       running generation its end. So a short turn that arrives during a long generation, or during other
@@ -192,7 +195,7 @@ class Fair:
         similar: float = 2.0,
         decode_quantum_ms: float | None = DECODE_QUANTUM_MS,
         abort_ms: float | None = PREFILL_ABORT_MS,
-        max_aborts: int = MAX_ABORTS,
+        max_aborts: int | None = None,
         defer_replies: bool = False,
     ) -> None:
         if not quantum_ms >= 0:
@@ -201,6 +204,8 @@ class Fair:
             raise InvalidConfig(f"decode_quantum_ms must be >= 0 or None, not {decode_quantum_ms!r}")
         if abort_ms is not None and not abort_ms >= 0:
             raise InvalidConfig(f"prefill_abort_ms must be >= 0 or None, not {abort_ms!r}")
+        if max_aborts is None:
+            max_aborts = MAX_ABORTS_DEFERRING if defer_replies else MAX_ABORTS
         if max_skips < 0 or max_aborts < 0:
             raise InvalidConfig("max_skips and max_aborts must be >= 0")
         if not similar >= 1:

@@ -67,6 +67,7 @@ def test_defer_replies_by_name_config_and_cli() -> None:
     assert isinstance(make_policy("fair", None, float("inf"), None, True), Fair)
     assert make_policy("fair", None, float("inf"), None, True).pauses_decode  # type: ignore[attr-defined]
     assert not Fair().defer_replies
+    assert (Fair().max_aborts, fair.max_aborts, Fair(max_aborts=2, defer_replies=True).max_aborts) == (4, 8, 2)
     assert RuntimeConfig.build(policy="fair", defer_replies=True).scheduler.defer_replies is True
     for bad in (1, "yes", None):
         with pytest.raises(InvalidConfig, match="defer_replies"):
