@@ -9,22 +9,23 @@ long request, then one every `--gap` s (0.5). Systems, each with the same contex
 n_batch chunks (so that its evaluation shapes are an unpaused prefill's); at llama-server's 2,048 a
 3,000-token document has one such boundary, hence 512 here, for every system alike.
 
-- turnstile `fifo` and turnstile `fair` (`--quantum`, `--decode-quantum` and `--abort-ms` ms; default the
-  policy's own), `rt.stream` per turn;
+- turnstile `fifo`, turnstile `fair` (`--quantum`, `--decode-quantum` and `--abort-ms` ms; default the
+  policy's own) and `fair-defer` (the same with `defer_replies=True`: replies that have their first token wait
+  while the paused document waits), `rt.stream` per turn;
 - llama-server `-np 1 --cache-ram 8192` and `-np 4` with 4x the context (`--llama-server BIN`), streamed
   `/v1/chat/completions` from threads.
 
 Each system runs twice on a fresh instance: alone (the long request by itself, then the short turns one
 after the other, each generating one token: their idle time to first token), and mixed (the workload
-above). Reported: short-turn TTFT p50/p95/max
-(mixed) and their idle p50, the ratio p95 mixed / idle p50, the long request's total time mixed and alone
-and their ratio, its bound on one slot (turnstile: alone + the short turns' slot work + the work of aborted
-chunks, over alone), total generated tokens per second over the mixed run, prefill chunks aborted and the
-seconds they threw away, and whether the short turns' texts equal those of turnstile `fifo` (greedy).
-Systems run one after the other in the order given (`--systems`).
+above). Reported: short-turn TTFT p50/p95/max (mixed) and their idle p50, the ratio p95 mixed / idle p50,
+the short turns' p50/p95 time to their last token, the long request's total time mixed and alone and their
+ratio, its bound on one slot (turnstile: alone + the short turns' slot work, with `fair-defer` their work up
+to their first tokens, + the work of aborted chunks, over alone), total generated tokens per second over the
+mixed run, prefill chunks aborted and the seconds they threw away, and whether the short turns' texts equal
+those of turnstile `fifo` (greedy). Systems run one after the other in the order given (`--systems`).
 
     python -m benchmarks fairness [--doc-tokens 3000] [--shorts 8] [--llama-server BIN]
-                                  [--systems fifo,server-np1,fair,server-np4] [--quantum MS]
+                                  [--systems fifo,server-np1,fair,fair-defer,server-np4] [--quantum MS]
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ from benchmarks import _cli, _rows
 from benchmarks import _workload as w
 from runtime import Reply, Runtime
 from runtime.llama.models import default_model_path
+from runtime.loop.policy import Fair
 from tests.support.llama_server import LlamaServer
 
-SYSTEMS = ("fifo", "server-np1", "fair", "server-np4")
+SYSTEMS = ("fifo", "server-np1", "fair", "fair-defer", "server-np4")
 LABELS = {
     "fifo": "turnstile fifo",
     "fair": "turnstile fair",
+    "fair-defer": "turnstile fair, defer_replies",
     "server-np1": "llama-server -np 1",
     "server-np4": "llama-server -np 4",
 }
@@ -61,6 +64,7 @@ COLUMNS = [
     "short_ttft_max_ms",
     "idle_ttft_p50_ms",
     "p95_over_idle",
+    "short_total_p95_s",
     "long_total_s",
     "long_alone_s",
     "long_ratio",
@@ -111,6 +115,7 @@ class Timed:
     total: float = 0.0
     tokens: int = 0
     work: float | None = None  # seconds the slot worked on it (cache + prefill + decode; turnstile only)
+    first_work: float | None = None  # of those, the work up to its first token (its decode's first step)
 
 
 @dataclass
@@ -141,13 +146,14 @@ async def _turn(rt: Runtime, sid: str, message: str, max_tokens: int) -> Timed:
     end = time.perf_counter()
     assert reply is not None
     t = reply.timings
-    return Timed(
-        reply.text, (first or end) - t0, end - t0, reply.usage.generated_tokens, t.cache + t.prefill + t.decode
-    )
+    n = reply.usage.generated_tokens
+    first_work = t.cache + t.prefill + t.decode / max(1, n)
+    return Timed(reply.text, (first or end) - t0, end - t0, n, t.cache + t.prefill + t.decode, first_work)
 
 
-async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool) -> Run:
+async def _turnstile(model: Path, system: str, doc: str, args: Any, mixed: bool) -> Run:
     run = Run()
+    policy = "fair" if system.startswith("fair") else system
     async with Runtime.open(
         model,
         n_ctx=args.n_ctx,
@@ -160,7 +166,12 @@ async def _turnstile(model: Path, policy: str, doc: str, args: Any, mixed: bool)
         prefill_quantum_ms=args.quantum if policy == "fair" else None,
         decode_quantum_ms=args.decode_quantum if policy == "fair" else None,
         prefill_abort_ms=args.abort_ms if policy == "fair" else None,
+        defer_replies=system == "fair-defer",
     ) as rt:
+        if policy == "fair" and args.max_aborts is not None:
+            fair = rt.scheduler.policy
+            assert isinstance(fair, Fair)
+            fair.max_aborts = args.max_aborts  # before any job: the policy's option, not the config's
         await rt.create_session("long", system=LONG_SYSTEM)
         for i in range(args.shorts):
             await rt.create_session(f"s{i}", system=short_turn(i)[0])
@@ -297,8 +308,9 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
     idle_p50 = _rows.percentile(idle, 50)
     p95 = _rows.percentile(ttft, 95)
     generated = mixed.long.tokens + sum(t.tokens for t in mixed.shorts.values())
-    # on one slot the long request ends no earlier than alone + the short turns' work + the work thrown away
-    works = [t.work for t in mixed.shorts.values()]
+    # on one slot the long request ends no earlier than alone + the short turns' work + the work thrown away;
+    # with deferred replies only their work up to the first token must come before it
+    works = [t.first_work if name == "fair-defer" else t.work for t in mixed.shorts.values()]
     bound = None
     if alone.long.total and all(x is not None for x in works):
         bound = round((alone.long.total + sum(x or 0.0 for x in works) + mixed.aborted_s) / alone.long.total, 3)
@@ -312,6 +324,8 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
         "short_ttft_max_ms": round(1000 * max(ttft, default=0.0), 1),
         "idle_ttft_p50_ms": round(1000 * idle_p50, 1),
         "p95_over_idle": round(p95 / idle_p50, 2) if idle_p50 else None,
+        "short_total_p50_s": round(_rows.percentile([t.total for t in mixed.shorts.values()], 50), 2),
+        "short_total_p95_s": round(_rows.percentile([t.total for t in mixed.shorts.values()], 95), 2),
         "long_total_s": round(mixed.long.total, 2),
         "long_alone_s": round(alone.long.total, 2),
         "long_ratio": round(mixed.long.total / alone.long.total, 3) if alone.long.total else None,
@@ -346,6 +360,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument(
         "--abort-ms", type=float, default=None, metavar="MS", help="fair: prefill_abort_ms (policy default; inf: never)"
     )
+    ap.add_argument("--max-aborts", type=int, default=None, metavar="N", help="fair: times one chunk may be aborted")
     ap.add_argument("--n-ctx", type=int, default=8192, help="context per conversation (per slot for -np 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-batch", type=int, default=512, help="n_batch of every system (pause points)")
@@ -372,7 +387,7 @@ def main(argv: list[str]) -> None:
         pair: list[Run] = []
         for mixed in (False, True):
             _cli.progress(f"{LABELS[n]}: {'mixed' if mixed else 'alone'} (load {os.getloadavg()[0]:.2f})")
-            if n in ("fifo", "fair"):
+            if not n.startswith("server"):
                 pair.append(anyio.run(_turnstile, model, n, doc, args, mixed))
             else:
                 assert args.llama_server is not None
@@ -394,6 +409,7 @@ def main(argv: list[str]) -> None:
             "quantum_ms": args.quantum,
             "decode_quantum_ms": args.decode_quantum,
             "prefill_abort_ms": args.abort_ms,
+            "max_aborts": args.max_aborts,
             "n_ctx": args.n_ctx,
             "threads": args.threads,
             "n_batch": args.n_batch,

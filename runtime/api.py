@@ -117,6 +117,7 @@ class Runtime(SessionOps):
             prefill_quantum_ms=sch.prefill_quantum_ms,
             decode_quantum_ms=sch.decode_quantum_ms,
             prefill_abort_ms=sch.prefill_abort_ms,
+            defer_replies=sch.defer_replies,
         )
         # the one thread that touches llama.cpp (one OpenMP team: see runtime/loop/slot_thread.py)
         self._slot_thread = slot_thread if slot_thread is not None else SlotThread()

@@ -170,6 +170,10 @@ class SchedulerConfig:
     # would preempt it, a longer one is aborted at once (None: the policy's default, 100 ms; inf: chunks are never
     # aborted, the prefill pauses only between chunks; docs/fair-slot.md)
     prefill_abort_ms: float | None = None
+    # policy "fair": while a prefill paused for other turns waits, replies that have their first token wait too,
+    # so a long prompt ends near its time alone and the short turns get their first tokens, then the rest after
+    # it (docs/fair-slot.md)
+    defer_replies: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str) and self.policy not in POLICIES:
@@ -181,6 +185,8 @@ class SchedulerConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0):
                 raise InvalidConfig(f"{name} must be None or a number >= 0 (inf: never), not {v!r}")
+        if not isinstance(self.defer_replies, bool):
+            raise InvalidConfig(f"defer_replies must be a bool, not {self.defer_replies!r}")
         if not _is_int(self.max_queued) or self.max_queued < 1:
             raise InvalidConfig(f"max_queued must be an int >= 1, not {self.max_queued!r}")
 
@@ -193,6 +199,7 @@ class LoopOptions(TypedDict, total=False):
     prefill_quantum_ms: float | None
     decode_quantum_ms: float | None
     prefill_abort_ms: float | None
+    defer_replies: bool
     context: ContextPolicy
     reasoning: ReasoningOptions | None  # None: the config's
 

@@ -92,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="--policy fair: abort a prefill chunk for a waiting turn unless it ends within this (100; inf: never)",
     )
+    p.add_argument(
+        "--defer-replies",
+        action="store_true",
+        help="--policy fair: replies wait while a prompt paused for first tokens waits (it ends near its time alone)",
+    )
     p.add_argument("--max-queued", type=int, default=1024, metavar="N", help="queued requests before 429 (1024)")
     p.add_argument("--max-body", type=int, default=8 << 20, metavar="BYTES", help="request body limit (8 MiB)")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="per-request time limit (504 after)")
@@ -183,6 +188,7 @@ def runtime_config(args: argparse.Namespace, options: dict[str, Any]) -> Runtime
         prefill_quantum_ms=args.prefill_quantum_ms,
         decode_quantum_ms=args.decode_quantum_ms,
         prefill_abort_ms=args.prefill_abort_ms,
+        defer_replies=args.defer_replies,
         max_queued=args.max_queued,
         **reasoning.open_keywords(args),
         **hardware.engine_keywords(args),
@@ -205,6 +211,7 @@ def _opener(args: argparse.Namespace, options: dict[str, Any]) -> Any:
             prefill_quantum_ms=args.prefill_quantum_ms,
             decode_quantum_ms=args.decode_quantum_ms,
             prefill_abort_ms=args.prefill_abort_ms,
+            defer_replies=args.defer_replies,
         )
     config = runtime_config(args, options)
 

@@ -58,6 +58,11 @@ def decoding(candidate: object) -> bool:
     return bool(getattr(candidate, "decoding", False))
 
 
+def prompt_paused(candidate: object) -> bool:
+    """Whether a candidate is a prefill paused between (or in) its chunks: it has started, and has no token yet."""
+    return bool(getattr(candidate, "prompt_paused", False))
+
+
 def steps_to_first(candidate: object) -> float:
     """A request's predicted time to its first token, in decode steps: its prefill at `PREFILL_PER_STEP` tokens a
     step, plus the step that samples the token."""
@@ -144,6 +149,9 @@ PREFILL_QUANTUM_MS = 500.0  # the default: several n_batch chunks of SmolLM2 her
 DECODE_QUANTUM_MS = 100.0  # a generation's least time on the slot before it yields (docs/fair-slot.md: measured)
 PREFILL_ABORT_MS = 100.0  # a chunk predicted to end within this is finished, not aborted (docs/fair-slot.md)
 MAX_ABORTS = 4  # times one chunk may be aborted; then it runs to its end (so a prefill always goes on)
+# with `defer_replies` the prompt resumes between two first tokens, not after their replies, so one chunk meets
+# every turn of a burst: 8 keeps a burst of 8 first tokens within a quantum (docs/fair-slot.md: measured)
+MAX_ABORTS_DEFERRING = 8
 PREFILL_PER_STEP = 32  # prompt tokens evaluated in the time of one decode step (SmolLM2, n_batch 256, measured)
 
 
@@ -162,12 +170,16 @@ class Fair:
       will once the quantum is up, for a request whose cost is below what the running one has left by more
       than `similar` times, and the running chunk is predicted to go on for more than `abort_ms` after that, the
       chunk is aborted then (`abort_at`): its work is thrown away and evaluated again on resume. A chunk is
-      aborted at most `max_aborts` times, so every prefill goes on.
+      aborted at most `max_aborts` times (default 4, 8 with `defer_replies`), so every prefill goes on.
     - preempt a generation (`decode_quantum_ms`; None: never): one that has held the slot that long yields after
       its next token when a request waits that has no token yet and would have its first one sooner than the
       running generation its end. So a short turn that arrives during a long generation, or during other
       short turns' replies, gets its first token within about a quantum; the paused generation goes on later
       from its exact state.
+    - defer replies (`defer_replies`, off by default): generations that already have their first token do not
+      preempt a prefill, wait while a paused one waits, and a running one yields to it right after its token.
+      The short turns that arrive during a long prompt get their first tokens within about a quantum and the
+      rest of their replies after it, so the long prompt ends near its time alone (docs/fair-slot.md: measured).
     Paused requests resume in their place (skips counted from then), and run at least a quantum each time.
 
     So a paused request waits for at most `max_skips` other requests between two quanta of its own, and
@@ -183,7 +195,8 @@ class Fair:
         similar: float = 2.0,
         decode_quantum_ms: float | None = DECODE_QUANTUM_MS,
         abort_ms: float | None = PREFILL_ABORT_MS,
-        max_aborts: int = MAX_ABORTS,
+        max_aborts: int | None = None,
+        defer_replies: bool = False,
     ) -> None:
         if not quantum_ms >= 0:
             raise InvalidConfig(f"prefill_quantum_ms must be >= 0, not {quantum_ms!r}")
@@ -191,6 +204,8 @@ class Fair:
             raise InvalidConfig(f"decode_quantum_ms must be >= 0 or None, not {decode_quantum_ms!r}")
         if abort_ms is not None and not abort_ms >= 0:
             raise InvalidConfig(f"prefill_abort_ms must be >= 0 or None, not {abort_ms!r}")
+        if max_aborts is None:
+            max_aborts = MAX_ABORTS_DEFERRING if defer_replies else MAX_ABORTS
         if max_skips < 0 or max_aborts < 0:
             raise InvalidConfig("max_skips and max_aborts must be >= 0")
         if not similar >= 1:
@@ -201,12 +216,15 @@ class Fair:
         self.max_aborts = max_aborts
         self.max_skips = max_skips
         self.similar = similar
+        self.defer_replies = defer_replies
 
     @property
     def pauses_decode(self) -> bool:
-        return self.decode_quantum_ms is not None
+        return self.decode_quantum_ms is not None or self.defer_replies
 
     def pick(self, candidates: Sequence[C], affinity: Callable[[C], int]) -> C:
+        if self.defer_replies and any(prompt_paused(c) for c in candidates):
+            candidates = [c for c in candidates if not decoding(c)]  # replies wait for the paused prompt
         starved = [c for c in candidates if c.skips >= self.max_skips]
         if starved:
             return min(starved, key=lambda c: c.arrival)
@@ -223,6 +241,8 @@ class Fair:
             return False
         others = [w for w in waiting if w.session_id != running.session_id]
         if running.decoding:
+            if self.defer_replies and any(prompt_paused(w) for w in others):
+                return True  # a reply goes on after the paused prompt: it yields right after its token
             q = self.decode_quantum_ms
             if q is None or running.held_s * 1000.0 < q:
                 return False
@@ -231,7 +251,11 @@ class Fair:
         if running.held_s * 1000.0 < self.quantum_ms:
             return False
         left = running.remaining.total
-        return any(cost_of(w) < left for w in others)
+        return any(cost_of(w) < left for w in self._for_prompt(others))
+
+    def _for_prompt(self, waiting: Sequence[Candidate]) -> Sequence[Candidate]:
+        """The waiting requests a running prefill may yield to: with `defer_replies`, only those with no token."""
+        return [w for w in waiting if not decoding(w)] if self.defer_replies else waiting
 
     def abort_at(self, running: Running, waiting: Sequence[Candidate], chunk: Chunk, now: float) -> float:
         never = float("inf")
@@ -239,7 +263,7 @@ class Fair:
             return never
         left = running.remaining.total  # the running chunk's tokens included
         others = [w for w in waiting if w.session_id != running.session_id]
-        if running.decoding or not any(cost_of(w) * self.similar < left for w in others):
+        if running.decoding or not any(cost_of(w) * self.similar < left for w in self._for_prompt(others)):
             return never  # work is thrown away only for a request much cheaper than what this one has left
         at = now + max(0.0, self.quantum_ms / 1000.0 - running.held_s)  # when `preempt` would say yes
         return at if chunk.ends - at > self.abort_ms / 1000.0 else never
@@ -253,18 +277,22 @@ def make_policy(
     prefill_quantum_ms: float | None = None,
     decode_quantum_ms: float | None = None,
     prefill_abort_ms: float | None = None,
+    defer_replies: bool = False,
 ) -> Policy:
     """The policy of that name (`prefill_quantum_ms`, `decode_quantum_ms`: `fair`'s quanta, `prefill_abort_ms`: the
     least predicted rest of a chunk it aborts; None: the defaults, inf: generations never pause, chunks are never
-    aborted; ignored by the others)."""
+    aborted; `defer_replies`: `Fair`'s; ignored by the others)."""
     if not isinstance(name, str):
         return name
-    if name == "fair" and (prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms) != (None, None, None):
+    if name == "fair" and (
+        (prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms) != (None, None, None) or defer_replies
+    ):
         d = DECODE_QUANTUM_MS if decode_quantum_ms is None else decode_quantum_ms
         return Fair(
             PREFILL_QUANTUM_MS if prefill_quantum_ms is None else prefill_quantum_ms,
             decode_quantum_ms=None if d == float("inf") else d,
             abort_ms=PREFILL_ABORT_MS if prefill_abort_ms is None else prefill_abort_ms,
+            defer_replies=defer_replies,
         )
     try:
         return POLICIES[name]()

@@ -74,6 +74,11 @@ class Job(Generic[T]):
     decoding: bool = False  # paused in its generation (it has its first token): the next run goes on from there
 
     @property
+    def prompt_paused(self) -> bool:
+        """Paused in its prefill (it has no token yet): what `Fair(defer_replies=True)` lets replies wait for."""
+        return bool(self.pauses) and not self.decoding
+
+    @property
     def carry(self) -> DecodePaused | None:
         """Its last pause when that paused its generation (the slot goes on from it), else None."""
         last = self.pauses[-1] if self.pauses else None
@@ -147,11 +152,12 @@ class Scheduler:
         prefill_quantum_ms: float | None = None,
         decode_quantum_ms: float | None = None,
         prefill_abort_ms: float | None = None,
+        defer_replies: bool = False,
     ) -> None:
         assert max_queued >= 1, max_queued
         self._idle = idle  # awaited when the worker runs out of jobs after one (work that can wait for the reply)
         self._idle_due = False
-        self.policy = make_policy(policy, prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms)
+        self.policy = make_policy(policy, prefill_quantum_ms, decode_quantum_ms, prefill_abort_ms, defer_replies)
         self.keys = KeyShare(weight)  # which key (session namespace) runs next; `weight(key)` its share
         self.on_done: list[Callable[[Job[Any]], None]] = []  # called on the loop after each job ran
         self._waiting: tuple[Job[Any], ...] = ()  # heads that could run next (read by the slot thread's pause check)

@@ -26,8 +26,8 @@ SHORTS = 3
 class GatedFair(Fair):
     """`Fair` whose first preemption check waits until the test has queued the short turns."""
 
-    def __init__(self) -> None:
-        super().__init__(quantum_ms=0)
+    def __init__(self, defer_replies: bool = False) -> None:
+        super().__init__(quantum_ms=0, defer_replies=defer_replies)
         self.reached = threading.Event()
         self.go = threading.Event()
 
@@ -117,6 +117,26 @@ async def test_fair_pauses_the_long_prefill_for_short_turns_and_changes_no_reply
     assert fair_long.timings.paused > 0 and fifo_long.timings.paused == 0
     ram_loads = [e for e in logs if e["event"] == "cache.decision" and e.get("request_id") == fair_long.request_id]
     assert ram_loads[-1]["source"] == "ram" and ram_loads[-1]["cached"] == paused[-1]["done"]
+
+
+async def test_deferred_replies_give_first_tokens_during_the_long_prompt_and_change_no_reply(tiny_llama: Path) -> None:
+    fifo = await play(tiny_llama, "fifo")
+    with capture_logs() as logs:
+        fair = await play(tiny_llama, "fair", gate=lambda: GatedFair(defer_replies=True))
+    assert fifo.long is not None and fair.long is not None and len(fair.shorts) == SHORTS
+    ids = [r.request_id for r in fair.shorts]
+    order = [(e["event"], e["request_id"]) for e in logs if e["event"] in ("request.paused", "request.done")]
+    # each short turn paused after its first token (while the long prompt was paused), and ended after it
+    decode_paused = [e["request_id"] for e in logs if e["event"] == "request.paused" and e["generated"] == 1]
+    assert sorted(decode_paused) == sorted(ids)
+    long_done = order.index(("request.done", fair.long.request_id))
+    assert all(order.index(("request.paused", i)) < long_done < order.index(("request.done", i)) for i in ids)
+    assert fair.stats.scheduler.decode_pauses == SHORTS
+    # no reply changed: texts, cached and prefilled tokens are fifo's
+    assert fair.long.text == fifo.long.text
+    assert fair.long.usage.prefilled_tokens == fifo.long.usage.prefilled_tokens
+    assert [r.text for r in fair.shorts] == [r.text for r in fifo.shorts]
+    assert [r.usage.generated_tokens for r in fair.shorts] == [GEN["max_tokens"]] * SHORTS
 
 
 async def test_a_request_cancelled_while_paused_commits_nothing(tiny_llama: Path) -> None:
