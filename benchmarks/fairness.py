@@ -5,7 +5,7 @@ asks for `--long-tokens` tokens; `--shorts` other conversations (8) each send on
 prompt and a question, under 100 new tokens) asking for `--short-tokens` (48) tokens, greedy, end of
 generation ignored. The short turns arrive during the long prefill: the first `--first` s (1.0) after the
 long request, then one every `--gap` s (0.5). Systems, each with the same context per conversation
-(`--n-ctx`), threads, `--n-batch` (512), n_ubatch 512, flash attention. A prefill pauses only between two
+(`--n-ctx`), threads, `--n-batch` (512), `--n-ubatch` (512), flash attention. A prefill pauses only between two
 n_batch chunks (so that its evaluation shapes are an unpaused prefill's); at llama-server's 2,048 a
 3,000-token document has one such boundary, hence 512 here, for every system alike.
 
@@ -160,7 +160,7 @@ async def _turnstile(model: Path, system: str, doc: str, args: Any, mixed: bool)
         n_threads=args.threads,
         n_threads_batch=args.threads,
         n_batch=args.n_batch,
-        n_ubatch=w.N_UBATCH,
+        n_ubatch=args.n_ubatch,
         flash_attn=True,
         policy=policy,
         prefill_quantum_ms=args.quantum if policy == "fair" else None,
@@ -254,7 +254,7 @@ def _server(binary: str, model: Path, slots: int, doc: str, args: Any, mixed: bo
         extra_args=extra,
         seed=w.SEED,
         n_batch=args.n_batch,
-        n_ubatch=w.N_UBATCH,
+        n_ubatch=args.n_ubatch,
     ) as srv:
 
         def long() -> None:
@@ -364,6 +364,7 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--n-ctx", type=int, default=8192, help="context per conversation (per slot for -np 4)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-batch", type=int, default=512, help="n_batch of every system (pause points)")
+    ap.add_argument("--n-ubatch", type=int, default=w.N_UBATCH, help="n_ubatch of every system (an abort keeps those)")
     ap.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct)")
     ap.add_argument("--llama-server", default=None, metavar="BIN", help="a llama-server binary to compare with")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, from {', '.join(SYSTEMS)}")
@@ -413,6 +414,7 @@ def main(argv: list[str]) -> None:
             "n_ctx": args.n_ctx,
             "threads": args.threads,
             "n_batch": args.n_batch,
+            "n_ubatch": args.n_ubatch,
             "load_avg": [round(x, 2) for x in os.getloadavg()],
             "command": "python -m benchmarks fairness " + " ".join(argv),
         },
