@@ -305,6 +305,7 @@ def _server(binary: str, model: Path, slots: int, doc: str, args: Any, mixed: bo
 def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
     ttft = [t.ttft for t in mixed.shorts.values()]
     idle = [t.ttft for t in alone.shorts.values()]
+    totals = [t.total for t in mixed.shorts.values()]  # each short turn's time to its last token
     idle_p50 = _rows.percentile(idle, 50)
     p95 = _rows.percentile(ttft, 95)
     generated = mixed.long.tokens + sum(t.tokens for t in mixed.shorts.values())
@@ -324,8 +325,8 @@ def _row(name: str, alone: Run, mixed: Run, fifo: Run | None) -> dict[str, Any]:
         "short_ttft_max_ms": round(1000 * max(ttft, default=0.0), 1),
         "idle_ttft_p50_ms": round(1000 * idle_p50, 1),
         "p95_over_idle": round(p95 / idle_p50, 2) if idle_p50 else None,
-        "short_total_p50_s": round(_rows.percentile([t.total for t in mixed.shorts.values()], 50), 2),
-        "short_total_p95_s": round(_rows.percentile([t.total for t in mixed.shorts.values()], 95), 2),
+        "short_total_p50_s": round(_rows.percentile(totals, 50), 2),
+        "short_total_p95_s": round(_rows.percentile(totals, 95), 2),
         "long_total_s": round(mixed.long.total, 2),
         "long_alone_s": round(alone.long.total, 2),
         "long_ratio": round(mixed.long.total / alone.long.total, 3) if alone.long.total else None,

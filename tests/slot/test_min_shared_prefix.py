@@ -210,9 +210,5 @@ def test_a_reply_no_longer_depends_on_the_conversation_before_it(
         res = slot.run(short)
         counts[rules] = (res.cached_tokens, res.prefilled_tokens)
         if rules == "turnstile":
-            assert res.tokens == alone.tokens
-        else:
-            print(
-                f"llama-server's rules: the reply {'equals' if res.tokens == alone.tokens else 'differs from'} alone's"
-            )
+            assert res.tokens == alone.tokens  # (llama-server's rules: a near-tie, not asserted either way)
     assert counts == {"turnstile": (0, 47), "llama-server": (4, 43)}
